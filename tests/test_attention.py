@@ -1,0 +1,76 @@
+import torch
+import torch.nn.functional as F
+
+from transduce.attention import MultiHeadAttention, attention_reference, causal_mask
+
+
+def _qkv(seed=0, b=2, h=2, tq=3, tk=4, d_k=5, d_v=3):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, tq, d_k, generator=g, dtype=torch.float64)
+    k = torch.randn(b, h, tk, d_k, generator=g, dtype=torch.float64)
+    v = torch.randn(b, h, tk, d_v, generator=g, dtype=torch.float64)
+    return q, k, v
+
+
+def test_reference_is_softmax_of_scaled_dot_products():
+    q, k, v = _qkv()
+    out, weights = attention_reference(q, k, v, None)
+    expected = torch.softmax(q @ k.transpose(-2, -1) / 5**0.5, dim=-1)
+    torch.testing.assert_close(weights, expected)
+    torch.testing.assert_close(out, expected @ v)
+
+
+def test_masked_keys_get_zero_weight():
+    q, k, v = _qkv()
+    mask = torch.tensor([True, True, False, True])
+    _, weights = attention_reference(q, k, v, mask)
+    assert weights[..., 2].abs().max() == 0
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 3, dtype=torch.float64))
+
+
+def test_causal_mask_with_a_cache_offset():
+    assert causal_mask(3, 3).tolist() == [[True, False, False], [True, True, False],
+                                          [True, True, True]]  # fmt: skip
+    assert causal_mask(1, 4).tolist() == [[True, True, True, True]]
+
+
+def test_fused_and_reference_paths_agree_in_values_and_gradients():
+    q, k, v = (t.requires_grad_() for t in _qkv())
+    mask = torch.tensor([[True, True, True, False], [True, False, True, True]])[:, None, None, :]
+    ref, _ = attention_reference(q, k, v, mask)
+    fused = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(fused, ref)
+    grads_ref = torch.autograd.grad(ref.sum(), (q, k, v))
+    grads_fused = torch.autograd.grad(fused.sum(), (q, k, v))
+    for a, b in zip(grads_ref, grads_fused, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_gradcheck_reference_attention():
+    q, k, v = (t.requires_grad_() for t in _qkv(b=1, h=1, tq=2, tk=3, d_k=2, d_v=2))
+    assert torch.autograd.gradcheck(lambda *x: attention_reference(*x, None)[0], (q, k, v))
+
+
+def test_multi_head_with_d_k_and_d_v_apart_from_d_model_over_h():
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(d_model=12, h=3, d_k=2, d_v=7).double()
+    x = torch.randn(2, 4, 12, dtype=torch.float64)
+    k, v = attention.project_kv(x)
+    assert k.shape == (2, 3, 4, 2) and v.shape == (2, 3, 4, 7)
+    out, weights = attention(x, k, v, need_weights=True)
+    fused, none = attention(x, k, v)
+    assert out.shape == (2, 4, 12) and weights.shape == (2, 3, 4, 4) and none is None
+    torch.testing.assert_close(out, fused)
+
+
+def test_grouped_queries_equal_copied_keys_and_values():
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(d_model=8, h=2, d_k=4, d_v=4).double()
+    memory = torch.randn(2, 5, 8, dtype=torch.float64)
+    queries = torch.randn(6, 1, 8, dtype=torch.float64)  # 3 beams per sentence
+    k, v = attention.project_kv(memory)
+    grouped, w_grouped = attention(queries, k, v, need_weights=True)
+    copied_k, copied_v = k.repeat_interleave(3, 0), v.repeat_interleave(3, 0)
+    copied, w_copied = attention(queries, copied_k, copied_v, need_weights=True)
+    torch.testing.assert_close(grouped, copied)
+    torch.testing.assert_close(w_grouped, w_copied)

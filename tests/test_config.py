@@ -1,0 +1,56 @@
+import dataclasses
+
+import pytest
+
+from transduce.config import (
+    Config,
+    ConfigError,
+    base,
+    big,
+    load_overrides,
+    override,
+    preset,
+    table3,
+)
+
+
+def test_presets_follow_table_3():
+    assert (base().model.d_model, base().model.h, base().model.dropout) == (512, 8, 0.1)
+    assert (big().model.d_model, big().model.d_ff, big().model.h, big().model.dropout) == (
+        1024, 4096, 16, 0.3)  # fmt: skip
+    b1 = table3("B", 1).model
+    assert (b1.d_k, b1.d_v) == (16, 64)
+    assert preset("E1").model.positions == "learned"
+    assert preset("D3").train.label_smoothing == 0.0
+
+
+def test_overrides_are_typed_and_unknown_keys_are_errors():
+    config = override(base(), {"train.max_steps": "20", "model.pre_norm": "true",
+                               "train.lr_scale": "2"})  # fmt: skip
+    assert config.train.max_steps == 20 and config.model.pre_norm and config.train.lr_scale == 2.0
+    with pytest.raises(ConfigError, match="train.nonsense"):
+        override(base(), {"train.nonsense": "1"})
+    with pytest.raises(ConfigError, match="train.max_steps"):
+        override(base(), {"train.max_steps": "many"})
+
+
+def test_invalid_values_name_the_field():
+    with pytest.raises(ConfigError, match="model.dropout"):
+        override(base(), {"model.dropout": "1.5"})
+    with pytest.raises(ConfigError, match="unknown preset"):
+        preset("huge")
+
+
+def test_json_round_trip(tmp_path):
+    config = override(preset("tiny"), {"model.vocab_size": "100"})
+    path = tmp_path / "config.json"
+    path.write_text(config.to_json())
+    assert Config.load(path) == config
+
+
+def test_yaml_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  max_steps: 7\nmodel:\n  pre_norm: true\n")
+    config = override(base(), load_overrides(path))
+    assert config.train.max_steps == 7 and config.model.pre_norm
+    assert dataclasses.replace(config.train, max_steps=100000) == base().train

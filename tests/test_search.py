@@ -1,0 +1,144 @@
+import itertools
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from transduce.search import beam_search, greedy_search, length_penalty
+
+from .conftest import BOS, EOS, PAD, tiny_model
+
+SPECIALS = dict(bos=BOS, eos=EOS, pad=PAD)
+
+
+def _sources():
+    torch.manual_seed(1)
+    src = torch.randint(4, 12, (5, 6))
+    src[:, -1] = EOS
+    src[1, 3:] = torch.tensor([EOS, PAD, PAD])
+    src[3, 2:] = torch.tensor([EOS, PAD, PAD, PAD])
+    return src
+
+
+def test_beam_1_equals_greedy():
+    for seed in range(3):
+        model = tiny_model(seed)
+        src = _sources()
+        greedy = greedy_search(model, src, **SPECIALS, max_len_b=8)
+        beam = beam_search(model, src, **SPECIALS, beam_size=1, alpha=0.0, max_len_b=8)
+        assert [h[0].tokens for h in beam] == greedy
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_a_batch_decodes_as_each_sentence_alone(search):
+    # sentences finish at different steps and leave the batch: the cache must follow
+    model, src = tiny_model(2), _sources()
+
+    def decode(s):
+        if search == "greedy":
+            return greedy_search(model, s, **SPECIALS, max_len_b=6)
+        return [h[0].tokens for h in beam_search(model, s, **SPECIALS, beam_size=3, max_len_b=6)]
+
+    alone = [decode(src[i : i + 1, : int((src[i] != PAD).sum())])[0] for i in range(len(src))]
+    assert decode(src) == alone
+
+
+def _teacher_forced_log_prob(model, src, tokens):
+    tgt = torch.tensor([[BOS, *tokens, EOS]])
+    log_probs = torch.log_softmax(model(src, tgt[:, :-1]), dim=-1)[0]
+    return log_probs.gather(1, tgt[0, 1:, None]).sum().item()
+
+
+def test_a_wide_beam_finds_the_exhaustive_best():
+    model = tiny_model(3, vocab_size=6)  # tokens 4, 5 and UNK can be generated, besides EOS
+    src = torch.tensor([[4, 5, EOS]])
+    limit = 4  # max_len_a = 0, max_len_b = 4: at most 3 tokens, then EOS
+    alpha = 0.6
+    candidates = [list(t) for n in range(limit) for t in itertools.product([1, 4, 5], repeat=n)]
+    best = max(
+        candidates,
+        key=lambda t: _teacher_forced_log_prob(model, src, t) / length_penalty(len(t) + 1, alpha),
+    )
+    found = beam_search(model, src, **SPECIALS, beam_size=3**limit, alpha=alpha, max_len_a=0,
+                        max_len_b=limit, n_best=3**limit)[0]  # fmt: skip
+    assert found[0].tokens == best
+    # every ended hypothesis is scored as teacher forcing scores it, and sorted best first
+    for hyp in found:
+        assert hyp.log_prob == pytest.approx(_teacher_forced_log_prob(model, src, hyp.tokens))
+        assert hyp.score == pytest.approx(hyp.log_prob / length_penalty(len(hyp.tokens) + 1, alpha))
+    assert [h.score for h in found] == sorted((h.score for h in found), reverse=True)
+    assert len(found) == len(candidates)  # exhaustive: every sequence ended once
+
+
+# --- a scripted model: the probabilities are a table, so results can be worked out by hand ---
+
+A = 4
+V = 5
+
+
+@dataclass
+class ScriptedCache:
+    prefixes: torch.Tensor  # (N, t) tokens fed so far
+
+    def reorder(self, index):
+        self.prefixes = self.prefixes[index]
+
+
+class ScriptedModel:
+    """P(EOS) = 0.5, P(a) = 0.5 at the start; after 'a', P(EOS) = 0.8, P(a) = 0.2; and so on."""
+
+    table = {(): {EOS: 0.5, A: 0.5}, (A,): {EOS: 0.8, A: 0.2}, (A, A): {EOS: 1.0}}
+
+    def __init__(self):
+        self.steps = 0
+
+    def encode(self, src):
+        return src
+
+    def init_cache(self, encoded, group=1):
+        return ScriptedCache(torch.empty(encoded.size(0) * group, 0, dtype=torch.long))
+
+    def step(self, tokens, cache):
+        self.steps += 1
+        cache.prefixes = torch.cat([cache.prefixes, tokens], dim=1)
+        logits = torch.full((tokens.size(0), V), float("-inf"))
+        for row, prefix in enumerate(cache.prefixes.tolist()):
+            for token, p in self.table.get(tuple(prefix[1:]), {EOS: 1.0}).items():
+                logits[row, token] = math.log(p)
+        return logits
+
+
+def test_length_penalty_and_n_best_order_worked_by_hand():
+    src = torch.tensor([[A, EOS]])
+    # log P: [] = log .5 = -0.693; [a] = log .4 = -0.916; [a, a] = log .1 = -2.303
+    plain = beam_search(ScriptedModel(), src, **SPECIALS, beam_size=3, alpha=0.0, n_best=3)[0]
+    assert [h.tokens for h in plain] == [[], [A], [A, A]]
+    assert [h.log_prob for h in plain] == pytest.approx([math.log(0.5), math.log(0.4),
+                                                         math.log(0.1)])  # fmt: skip
+    # alpha 2: [a] scores -0.916 / (7/6)^2 = -0.673 and beats [] at -0.693 / 1
+    penalised = beam_search(ScriptedModel(), src, **SPECIALS, beam_size=3, alpha=2.0, n_best=2)[0]
+    assert [h.tokens for h in penalised] == [[A], []]
+    assert penalised[0].score == pytest.approx(math.log(0.4) / (7 / 6) ** 2)
+
+
+def test_search_stops_early_when_every_beam_has_ended():
+    model = ScriptedModel()
+    beam_search(model, torch.tensor([[A, EOS]]), **SPECIALS, beam_size=2, max_len_b=50)
+    assert model.steps == 2  # [] and [a] end by step 2, not after 52 steps
+
+
+def test_hypotheses_never_exceed_the_length_limit():
+    class NeverEnds(ScriptedModel):
+        table = {}
+
+        def step(self, tokens, cache):
+            logits = super().step(tokens, cache)
+            logits[:, [A, 1]], logits[:, EOS] = 0.0, -50.0  # EOS never ranks in the beam
+            return logits
+
+    src = torch.tensor([[A, A, EOS], [A, EOS, PAD]])
+    beams = beam_search(NeverEnds(), src, **SPECIALS, beam_size=2, max_len_a=1.0, max_len_b=2)
+    assert [len(h[0].tokens) for h in beams] == [4, 3]  # limit = length + 2, EOS included
+    greedy = greedy_search(NeverEnds(), src, **SPECIALS, max_len_a=1.0, max_len_b=2)
+    assert [len(t) for t in greedy] == [4, 3]

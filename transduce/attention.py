@@ -1,0 +1,110 @@
+"""Masks and multi-head scaled dot-product attention (s3.2).
+
+Masks are bool with True = may attend, the convention of torch's `scaled_dot_product_attention`.
+The fused kernel is the fast path; `attention_reference` is the explicit formula and the only path
+that returns the attention weights (for the figures of s3.2 and the appendix).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def padding_mask(tokens: Tensor, pad: int) -> Tensor:
+    """(B, T) True where a token is real, False at padding."""
+    return tokens != pad
+
+
+def causal_mask(n_queries: int, n_keys: int, device: torch.device | None = None) -> Tensor:
+    """(n_queries, n_keys) True where query i may see key j: j <= i + (n_keys - n_queries).
+
+    With a cache the queries are the last `n_queries` positions of `n_keys`, hence the offset.
+    """
+    offset = n_keys - n_queries
+    query = torch.arange(n_queries, device=device)[:, None]
+    key = torch.arange(n_keys, device=device)[None, :]
+    return key <= query + offset
+
+
+def attention_reference(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, written out (eq. 1). Returns (output, weights).
+
+    q: (B, h, Tq, d_k), k: (B, h, Tk, d_k), v: (B, h, Tk, d_v), mask broadcast to (B, h, Tq, Tk).
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if dropout > 0.0:
+        weights = F.dropout(weights, p=dropout)
+    return weights @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(QW^Q_i, ...).
+
+    d_k and d_v are set apart from d_model / h, as Table 3 rows A and B need.
+    """
+
+    def __init__(self, d_model: int, h: int, d_k: int, d_v: int, dropout: float = 0.0):
+        super().__init__()
+        self.h, self.d_k, self.d_v = h, d_k, d_v
+        self.dropout = dropout
+        self.w_q = nn.Linear(d_model, h * d_k)
+        self.w_k = nn.Linear(d_model, h * d_k)
+        self.w_v = nn.Linear(d_model, h * d_v)
+        self.w_o = nn.Linear(h * d_v, d_model)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of x (B, T, d_model): (B, h, T, d_k) and (B, h, T, d_v)."""
+        batch, length, _ = x.shape
+        k = self.w_k(x).view(batch, length, self.h, self.d_k).transpose(1, 2)
+        v = self.w_v(x).view(batch, length, self.h, self.d_v).transpose(1, 2)
+        return k, v
+
+    def forward(
+        self,
+        x: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from queries x (N, Tq, d_model) over projected k, v (B, h, Tk, .).
+
+        When N is a multiple g of B (beam search), each group of g consecutive rows shares one
+        sentence's keys and values: the g rows are attended as extra queries of that sentence, so
+        the encoder output is never copied per beam. Returns (N, Tq, d_model) and, on request,
+        the weights (N, h, Tq, Tk).
+        """
+        n_rows, n_queries, _ = x.shape
+        group = n_rows // k.size(0)
+        q = self.w_q(x).view(n_rows, n_queries, self.h, self.d_k).transpose(1, 2)  # (N, h, Tq, d_k)
+        if group > 1:  # (B, g, h, Tq, d_k) -> (B, h, g * Tq, d_k)
+            q = q.reshape(k.size(0), group, self.h, n_queries, self.d_k).transpose(1, 2)
+            q = q.reshape(k.size(0), self.h, group * n_queries, self.d_k)
+        dropout = self.dropout if self.training else 0.0
+        if need_weights:
+            if is_causal:
+                mask = causal_mask(q.size(2), k.size(2), q.device)
+            out, weights = attention_reference(q, k, v, mask, dropout)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
+            )
+            weights = None
+        if group > 1:  # (B, h, g * Tq, d) -> (N, h, Tq, d)
+            out = out.reshape(k.size(0), self.h, group, n_queries, -1).transpose(1, 2)
+            out = out.reshape(n_rows, self.h, n_queries, -1)
+            if weights is not None:
+                weights = weights.reshape(k.size(0), self.h, group, n_queries, -1).transpose(1, 2)
+                weights = weights.reshape(n_rows, self.h, n_queries, -1)
+        out = out.transpose(1, 2).reshape(n_rows, n_queries, self.h * self.d_v)  # (N, Tq, h*d_v)
+        return self.w_o(out), weights

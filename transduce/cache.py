@@ -1,0 +1,64 @@
+"""The decoder's state during incremental decoding: keys and values per layer (s3.2.3, s6.1).
+
+Self-attention keys and values grow by one position per step; cross-attention keys and values
+are computed once per sentence and shared by that sentence's beams. Beam search selects rows
+only through `reorder`, so layers never see beams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's keys and values."""
+
+    cross_k: Tensor  # (B, h, S, d_k): one row per sentence
+    cross_v: Tensor  # (B, h, S, d_v)
+    self_k: Tensor | None = None  # (N, h, t, d_k): one row per hypothesis, t steps so far
+    self_v: Tensor | None = None  # (N, h, t, d_v)
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the new positions' keys and values; return all of them."""
+        if self.self_k is None:
+            self.self_k, self.self_v = k, v
+        else:
+            self.self_k = torch.cat([self.self_k, k], dim=2)
+            self.self_v = torch.cat([self.self_v, v], dim=2)
+        return self.self_k, self.self_v
+
+
+@dataclass
+class DecoderCache:
+    """Per-layer keys and values, the source padding mask, and how many positions are done.
+
+    Rows are hypotheses; `group` consecutive rows belong to one sentence (the beam).
+    """
+
+    layers: list[LayerCache]
+    src_pad_mask: Tensor  # (B, S), one row per sentence
+    group: int = 1
+    length: int = field(default=0)  # target positions already decoded
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows `index` (N',), in that order: beam selection and dropping finished sentences.
+
+        The rows of one sentence must stay together, `group` of them, as beam search keeps them.
+        """
+        sentences = index.view(-1, self.group)[:, 0] // self.group
+        same_sentences = sentences.numel() == self.src_pad_mask.size(0) and bool(
+            (sentences == torch.arange(sentences.numel(), device=index.device)).all()
+        )
+        for layer in self.layers:
+            if layer.self_k is not None:
+                layer.self_k = layer.self_k.index_select(0, index)
+                layer.self_v = layer.self_v.index_select(0, index)
+            if not same_sentences:
+                layer.cross_k = layer.cross_k.index_select(0, sentences)
+                layer.cross_v = layer.cross_v.index_select(0, sentences)
+        if not same_sentences:
+            self.src_pad_mask = self.src_pad_mask.index_select(0, sentences)

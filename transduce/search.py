@@ -1,0 +1,147 @@
+"""Greedy and beam search (s6.1): beam 4, length penalty alpha = 0.6, maximum length input + 50,
+terminating early when possible.
+
+Search talks to a model through `encode`, `init_cache` and `step`, and to the decoder state only
+through `cache.reorder`, so it never branches on the model type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+
+class Cache(Protocol):
+    def reorder(self, index: Tensor) -> None: ...
+
+
+class Decoder(Protocol):
+    def encode(self, src: Tensor) -> Any: ...
+
+    def init_cache(self, encoded: Any, group: int = 1) -> Cache: ...
+
+    def step(self, tokens: Tensor, cache: Cache) -> Tensor: ...
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS and EOS
+    log_prob: float  # log P(tokens, EOS | source)
+    score: float  # log_prob / length_penalty(len(tokens) + 1): EOS is a token
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016), which the paper's alpha refers to."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(src: Tensor, pad: int, a: float, b: int) -> Tensor:
+    """(B,) the most tokens (EOS included) each hypothesis may have: a * source length + b."""
+    return (a * (src != pad).sum(dim=1) + b).long()
+
+
+def _next_token_log_probs(
+    model: Decoder, tokens: Tensor, cache: Cache, forced_end: Tensor, specials: tuple[int, int, int]
+) -> Tensor:
+    """(N, V) log-probabilities; padding and BOS are never generated, and rows at their length
+    limit may only end."""
+    bos, eos, pad = specials
+    log_probs = torch.log_softmax(model.step(tokens, cache).float(), dim=-1)
+    log_probs[:, [pad, bos]] = float("-inf")
+    if bool(forced_end.any()):
+        eos_only = torch.full_like(log_probs[forced_end], float("-inf"))
+        eos_only[:, eos] = log_probs[forced_end, eos]
+        log_probs[forced_end] = eos_only
+    return log_probs
+
+
+@torch.no_grad()
+def greedy_search(
+    model: Decoder, src: Tensor, *, bos: int, eos: int, pad: int,
+    max_len_a: float = 1.0, max_len_b: int = 50,
+) -> list[list[int]]:  # fmt: skip
+    """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS."""
+    limit = max_lengths(src, pad, max_len_a, max_len_b)
+    cache = model.init_cache(model.encode(src), 1)
+    rows = torch.arange(src.size(0), device=src.device)  # the sentence of each live row
+    history = torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
+    results: list[list[int]] = [[] for _ in range(src.size(0))]
+    for t in range(1, int(limit.max()) + 1):
+        log_probs = _next_token_log_probs(
+            model, history[:, -1:], cache, limit[rows] <= t, (bos, eos, pad)
+        )
+        history = torch.cat([history, log_probs.argmax(dim=-1, keepdim=True)], dim=1)
+        ended = history[:, -1] == eos
+        for row in ended.nonzero().flatten().tolist():
+            results[int(rows[row])] = history[row, 1:-1].tolist()
+        keep = (~ended).nonzero().flatten()
+        if keep.numel() == 0:
+            break
+        if keep.numel() < rows.numel():  # drop finished sentences
+            cache.reorder(keep)
+            rows, history = rows[keep], history[keep]
+    return results
+
+
+@torch.no_grad()
+def beam_search(
+    model: Decoder, src: Tensor, *, bos: int, eos: int, pad: int, beam_size: int = 4,
+    alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50, n_best: int = 1,
+) -> list[list[Hypothesis]]:  # fmt: skip
+    """Batched beam search; src (B, S) -> for each sentence its n_best hypotheses, best first.
+
+    Each step ranks the beams' k * V extensions by log-probability. An EOS among the k best
+    ends a hypothesis, scored with the length penalty; the k best others go on. A sentence stops
+    when it has k ended hypotheses or reaches its length limit, and leaves the batch.
+    """
+    k, device = beam_size, src.device
+    limit = max_lengths(src, pad, max_len_a, max_len_b)
+    cache = model.init_cache(model.encode(src), k)
+    sentences = torch.arange(src.size(0), device=device)  # the sentence of each live entry
+    scores = torch.full((src.size(0), k), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # one live beam to start with, so the first step has no duplicates
+    history = torch.full((src.size(0) * k, 1), bos, dtype=torch.long, device=device)
+    ended: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    for t in range(1, int(limit.max()) + 1):
+        at_limit = limit[sentences] <= t  # (n,)
+        log_probs = _next_token_log_probs(
+            model, history[:, -1:], cache, at_limit.repeat_interleave(k), (bos, eos, pad)
+        )
+        vocab = log_probs.size(1)
+        candidates = (scores.view(-1, 1) + log_probs).view(-1, k * vocab)  # (n, k * V)
+        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
+        top_beam, top_token = top_index // vocab, top_index % vocab
+        is_eos = top_token == eos
+        _collect_ended(ended, sentences, history, top_scores, top_beam, is_eos, k, alpha)
+
+        live_scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
+        next_beam, next_token = top_beam.gather(1, order), top_token.gather(1, order)
+        finished = torch.tensor([len(ended[s]) >= k for s in sentences.tolist()], device=device)
+        finished |= live_scores[:, 0] == float("-inf")  # none left, as at the length limit
+        keep = (~finished).nonzero().flatten()
+        if keep.numel() == 0:
+            break
+        rows = (keep[:, None] * k + next_beam[keep]).flatten()  # (n' * k,) rows of the old batch
+        cache.reorder(rows)
+        history = torch.cat([history[rows], next_token[keep].view(-1, 1)], dim=1)
+        scores, sentences = live_scores[keep], sentences[keep]
+    return [sorted(h, key=lambda hyp: -hyp.score)[:n_best] for h in ended]
+
+
+def _collect_ended(
+    ended: list[list[Hypothesis]], sentences: Tensor, history: Tensor, top_scores: Tensor,
+    top_beam: Tensor, is_eos: Tensor, k: int, alpha: float,
+) -> None:  # fmt: skip
+    """Record the hypotheses that end with EOS among the k best candidates of each sentence.
+
+    An EOS ranked below k would not have been kept by a beam of k, so it does not count.
+    """
+    ending = is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))
+    for i, j in ending.nonzero().tolist():
+        tokens = history[i * k + int(top_beam[i, j]), 1:].tolist()
+        log_prob = float(top_scores[i, j])
+        score = log_prob / length_penalty(len(tokens) + 1, alpha)
+        ended[int(sentences[i])].append(Hypothesis(tokens, log_prob, score))
