@@ -1,0 +1,125 @@
+"""Token-budget batches (s5.1) and collation into shifted, padded tensors (batching.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from transduce.batching import Batch, TokenBatchSampler, collate
+
+PAD, BOS, EOS = 0, 2, 3
+
+
+def lengths(n: int = 500, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, 60, n)
+    return src, np.clip(src + rng.integers(-5, 15, n), 0, None)
+
+
+# --- collate --------------------------------------------------------------------------------
+
+
+def test_collate_shapes_eos_bos_and_shift():
+    pairs = [([5, 6, 7], [8, 9]), ([10], [11, 12, 13, 14]), ([], [])]
+    batch = collate(pairs, vocab_pad=PAD, bos=BOS, eos=EOS)
+    assert batch.src.shape == (3, 4) and batch.tgt_in.shape == batch.tgt_out.shape == (3, 5)
+    assert batch.src.dtype == batch.tgt_in.dtype == torch.long
+    assert batch.src.tolist() == [[5, 6, 7, 3], [10, 3, 0, 0], [3, 0, 0, 0]]
+    assert batch.tgt_in.tolist()[0] == [2, 8, 9, 0, 0]
+    assert batch.tgt_out.tolist()[0] == [8, 9, 3, 0, 0]
+    for b, (_, y) in enumerate(pairs):
+        n = len(y) + 1  # non-pad positions
+        assert batch.tgt_in[b, 0] == BOS and batch.tgt_out[b, n - 1] == EOS
+        assert torch.equal(batch.tgt_in[b, 1:n], batch.tgt_out[b, : n - 1])
+        assert (batch.tgt_in[b, n:] == PAD).all() and (batch.tgt_out[b, n:] == PAD).all()
+    assert batch.n_src_tokens == 3 + 1 + 1 + 1 + 1 == 7
+    assert batch.n_tgt_tokens == 3 + 5 + 1 == 9 and len(batch) == 3
+
+
+def test_collate_takes_numpy_and_moves_devices():
+    pairs = [(np.array([4, 5], dtype=np.int32), np.array([6], dtype=np.int32))]
+    batch = collate(pairs).to("cpu")
+    assert isinstance(batch, Batch) and batch.src.tolist() == [[4, 5, 3]]
+    with pytest.raises(ValueError):
+        collate([])
+
+
+# --- the sampler ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "max_tokens, width, shuffle", [(200, 1, True), (64, 4, True), (150, 1, False)]
+)
+def test_each_example_once_and_no_batch_over_budget(max_tokens, width, shuffle):
+    src, tgt = lengths()
+    sampler = TokenBatchSampler(
+        src, tgt, max_tokens=max_tokens, bucket_width=width, seed=3, shuffle=shuffle
+    )
+    long = (src + 1 > max_tokens) | (tgt + 1 > max_tokens)
+    assert sampler.n_skipped == long.sum()
+    for epoch in (0, 1):
+        batches = sampler.batches(epoch)
+        seen = sorted(i for batch in batches for i in batch)
+        assert seen == np.flatnonzero(~long).tolist()  # each kept example exactly once
+        for batch in batches:
+            size = len(batch)
+            assert (src[batch].max() + 1) * size <= max_tokens
+            assert (tgt[batch].max() + 1) * size <= max_tokens
+            assert collate([([4] * src[i], [4] * tgt[i]) for i in batch]).src.numel() <= max_tokens
+
+
+def test_batches_group_similar_lengths():
+    src, tgt = lengths(2000)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=400, seed=0)
+    padded = sum((src[b].max() + 1) * len(b) for b in sampler.batches(0))
+    assert padded < 1.2 * (src + 1).sum()  # random batches would pad far more
+
+
+def test_fixed_seed_fixes_the_order_and_epoch_or_seed_changes_it():
+    src, tgt = lengths()
+    make = lambda seed: TokenBatchSampler(src, tgt, max_tokens=200, seed=seed)  # noqa: E731
+    assert make(7).batches(0) == make(7).batches(0)
+    assert make(7).batches(1) != make(7).batches(0)
+    assert make(8).batches(0) != make(7).batches(0)
+    sampler = make(7)
+    first = sampler.batches(0)
+    sampler.batches(1)
+    assert sampler.batches(0) == first  # a pure function of (seed, epoch), not of call history
+    unshuffled = TokenBatchSampler(src, tgt, max_tokens=200, shuffle=False)
+    assert unshuffled.batches(0) == unshuffled.batches(5)
+
+
+def test_iterate_resumes_mid_epoch():
+    src, tgt = lengths()
+    sampler = TokenBatchSampler(src, tgt, max_tokens=200, seed=1)
+    full = list(sampler.iterate(2))
+    assert full == sampler.batches(2) and sampler.num_batches(2) == len(full)
+    assert list(sampler.iterate(2, start=5)) == full[5:]
+    with pytest.raises(ValueError):
+        list(sampler.iterate(2, start=len(full) + 1))
+
+
+def test_shards_split_the_batches_evenly():
+    src, tgt = lengths()
+    sampler = TokenBatchSampler(src, tgt, max_tokens=200, seed=1)
+    full = sampler.batches(0)
+    shards = [sampler.shard(rank, 3).batches(0) for rank in range(3)]
+    assert len({len(s) for s in shards}) == 1 and len(shards[0]) == len(full) // 3
+    assert shards[1] == full[1 : len(full) // 3 * 3 : 3]
+    flat = [i for shard in shards for batch in shard for i in batch]
+    assert len(flat) == len(set(flat))  # no example on two ranks
+    with pytest.raises(ValueError):
+        sampler.shard(3, 3)
+
+
+def test_too_long_examples_are_skipped_and_logged_once(caplog):
+    with caplog.at_level(logging.WARNING, logger="transduce.batching"):
+        sampler = TokenBatchSampler([3, 50, 4], [3, 4, 80], max_tokens=20)
+        sampler.batches(0)
+        sampler.batches(1)
+    assert sampler.n_skipped == 2
+    assert caplog.text.count("skipping 2 of 3") == 1
+    assert [i for b in sampler.batches(0) for i in b] == [0]

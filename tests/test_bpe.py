@@ -1,0 +1,72 @@
+"""Joint sentencepiece BPE: training, ids, and an exact encode/decode round trip (bpe.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from transduce.bpe import Vocab, train_joint
+from transduce.corpus import DataError
+
+WORDS = ["a", "man", "woman", "dog", "runs", "over", "the", "green", "field", ".", ","]
+WORDS += ["ein", "mann", "hund", "läuft", "über", "das", "grüne", "feld"]
+# Moses escapes, characters NFKC would change, runs of spaces, an empty line (seen in training)
+ODD_LINES = [
+    "the dog &apos;s field .",
+    "ﬁeld ｶﾀｶﾅ ①",
+    "two  spaces and a trailing one ",
+    "",
+    "über , grüne",
+]
+
+
+def tokenized_lines(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory) -> Vocab:
+    folder = tmp_path_factory.mktemp("bpe")
+    return train_joint(tokenized_lines(300) + ODD_LINES, 60, folder / "joint")
+
+
+def test_special_ids_are_fixed(vocab):
+    assert (vocab.pad, vocab.unk, vocab.bos, vocab.eos) == (0, 1, 2, 3)
+    assert 4 < vocab.size <= 60 and len(vocab) == vocab.size
+
+
+def test_round_trip_on_tokenized_text(vocab):
+    lines = tokenized_lines(50, seed=1) + ODD_LINES
+    ids = vocab.encode(lines)
+    assert all(4 <= i < vocab.size for seq in ids for i in seq)  # no unk, no specials
+    assert vocab.decode(ids) == lines
+
+
+def test_encode_adds_no_bos_eos_and_decode_drops_them(vocab):
+    [ids] = vocab.encode(["a man runs"])
+    assert vocab.bos not in ids and vocab.eos not in ids
+    noisy = [[vocab.bos, *ids, vocab.eos, vocab.pad, vocab.pad], [vocab.pad, *ids]]
+    assert vocab.decode(noisy) == ["a man runs", "a man runs"]
+
+
+def test_training_is_deterministic_and_loadable(tmp_path, vocab):
+    again = train_joint(tokenized_lines(300) + ODD_LINES, 60, tmp_path / "other")
+    assert again.pieces(range(again.size)) == vocab.pieces(range(vocab.size))
+    loaded = Vocab.load(tmp_path / "other.model")
+    assert loaded.encode(["ein hund"]) == vocab.encode(["ein hund"])
+    assert Vocab.from_bytes(vocab.serialized).encode(["das feld"]) == vocab.encode(["das feld"])
+
+
+def test_a_tiny_corpus_gives_a_smaller_vocabulary(tmp_path):
+    small = train_joint(["a b", "b a"], 1000, tmp_path / "tiny")
+    assert small.size < 1000
+    assert small.decode(small.encode(["a b a"])) == ["a b a"]
+
+
+def test_load_of_a_non_model_names_the_file(tmp_path):
+    path = tmp_path / "junk.model"
+    path.write_bytes(b"not a model")
+    with pytest.raises(DataError, match=r"junk\.model"):
+        Vocab.load(path)

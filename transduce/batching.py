@@ -1,0 +1,167 @@
+"""Batches of similar-length pairs under a token budget (s5.1), and collation into tensors.
+
+s5.1: "Sentence pairs were batched together by approximate sequence length. Each training batch
+contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target
+tokens." Here the budget counts padding: a batch's longest sequence times its size, per side.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Batch:
+    """Padded id tensors: `src` = x + [eos], `tgt_in` = [bos] + y, `tgt_out` = y + [eos]."""
+
+    src: torch.Tensor  # (B, S) long
+    tgt_in: torch.Tensor  # (B, T) long; the decoder's input, shifted right by one (s3.1)
+    tgt_out: torch.Tensor  # (B, T) long; what the decoder must predict at each position
+    pad: int = 0
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    @property
+    def n_src_tokens(self) -> int:
+        return int((self.src != self.pad).sum())
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int((self.tgt_out != self.pad).sum())
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(
+            self.src.to(device, non_blocking=True),
+            self.tgt_in.to(device, non_blocking=True),
+            self.tgt_out.to(device, non_blocking=True),
+            self.pad,
+        )
+
+
+def collate(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    vocab_pad: int = 0,
+    bos: int = 2,
+    eos: int = 3,
+) -> Batch:
+    """Pad (x, y) id pairs, given without bos/eos, into a `Batch` of S = max|x|+1, T = max|y|+1."""
+    if not pairs:
+        raise ValueError("collate needs at least one pair")
+    n = len(pairs)
+    src_len = max(len(x) for x, _ in pairs) + 1
+    tgt_len = max(len(y) for _, y in pairs) + 1
+    src = np.full((n, src_len), vocab_pad, dtype=np.int64)  # (B, S)
+    tgt_in = np.full((n, tgt_len), vocab_pad, dtype=np.int64)  # (B, T)
+    tgt_out = np.full((n, tgt_len), vocab_pad, dtype=np.int64)  # (B, T)
+    for b, (x, y) in enumerate(pairs):
+        src[b, : len(x)], src[b, len(x)] = x, eos
+        tgt_in[b, 0], tgt_in[b, 1 : len(y) + 1] = bos, y
+        tgt_out[b, : len(y)], tgt_out[b, len(y)] = y, eos
+    tensors = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
+    return Batch(*tensors, pad=vocab_pad)
+
+
+class TokenBatchSampler:
+    """Length-bucketed batches of example indices, each within `max_tokens` on both sides.
+
+    Lengths are subword counts without bos/eos; one token is added per side, as `collate` does.
+    `batches(epoch)` is a pure function of (seed, epoch): a seeded permutation breaks length
+    ties, the sorted examples are cut greedily into batches, and the batch order is shuffled.
+    Examples too long to fit the budget alone are skipped (`n_skipped`).
+    """
+
+    def __init__(
+        self,
+        src_lengths: Sequence[int] | np.ndarray,
+        tgt_lengths: Sequence[int] | np.ndarray,
+        *,
+        max_tokens: int,
+        bucket_width: int = 1,
+        seed: int = 0,
+        shuffle: bool = True,
+    ) -> None:
+        self.src = np.asarray(src_lengths, dtype=np.int64) + 1  # x + [eos]
+        self.tgt = np.asarray(tgt_lengths, dtype=np.int64) + 1  # [bos] + y, and y + [eos]
+        if self.src.shape != self.tgt.shape or self.src.ndim != 1:
+            raise ValueError(f"length arrays differ: {self.src.shape} vs {self.tgt.shape}")
+        if max_tokens <= 0 or bucket_width <= 0:
+            raise ValueError("max_tokens and bucket_width must be positive")
+        self.max_tokens, self.bucket_width = max_tokens, bucket_width
+        self.seed, self.shuffle = seed, shuffle
+        self.rank, self.world = 0, 1
+        fits = (self.src <= max_tokens) & (self.tgt <= max_tokens)
+        self._candidates = np.flatnonzero(fits)
+        self.n_skipped = int(len(fits) - len(self._candidates))
+        if self.n_skipped:
+            logger.warning(
+                "skipping %d of %d examples longer than max_tokens=%d",
+                self.n_skipped, len(fits), max_tokens,
+            )  # fmt: skip
+        self._cached: tuple[int, list[list[int]]] | None = None
+
+    def shard(self, rank: int, world: int) -> TokenBatchSampler:
+        """This sampler for one of `world` processes: rank r takes batches r, r + world, ...
+
+        Every rank gets the same number of batches (the last `len % world` are dropped), so
+        processes that synchronise each step stay in step.
+        """
+        if not 0 <= rank < world:
+            raise ValueError(f"need 0 <= rank < world, got rank {rank}, world {world}")
+        shard = copy.copy(self)
+        shard.rank, shard.world = rank, world
+        return shard
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """This epoch's batches (this rank's share of them), each a list of example indices."""
+        if self._cached is None or self._cached[0] != epoch:
+            self._cached = (epoch, self._make_batches(epoch))
+        batches = self._cached[1]
+        usable = len(batches) // self.world * self.world
+        return [list(batch) for batch in batches[self.rank : usable : self.world]]
+
+    def iterate(self, epoch: int, start: int = 0) -> Iterator[list[int]]:
+        """The batches of `epoch` from batch number `start` on, to resume a run mid-epoch."""
+        batches = self.batches(epoch)
+        if not 0 <= start <= len(batches):
+            raise ValueError(f"start {start} is outside epoch {epoch}'s {len(batches)} batches")
+        yield from batches[start:]
+
+    def num_batches(self, epoch: int) -> int:
+        return len(self.batches(epoch))
+
+    def _make_batches(self, epoch: int) -> list[list[int]]:
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(self._candidates) if self.shuffle else self._candidates
+        width = self.bucket_width
+        src_bucket = (self.src[order] + width - 1) // width
+        tgt_bucket = (self.tgt[order] + width - 1) // width
+        order = order[np.lexsort((tgt_bucket, src_bucket))]  # stable: the permutation breaks ties
+        batches = self._cut(order.tolist())
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def _cut(self, order: list[int]) -> list[list[int]]:
+        """Greedy: extend the batch while max length times size stays in budget on both sides."""
+        src, tgt, budget = self.src.tolist(), self.tgt.tolist(), self.max_tokens
+        batches, current, src_max, tgt_max = [], [], 0, 0
+        for i in order:
+            new_src, new_tgt = max(src_max, src[i]), max(tgt_max, tgt[i])
+            size = len(current) + 1
+            if current and (new_src * size > budget or new_tgt * size > budget):
+                batches.append(current)
+                current, new_src, new_tgt = [], src[i], tgt[i]
+            current.append(i)
+            src_max, tgt_max = new_src, new_tgt
+        if current:
+            batches.append(current)
+        return batches

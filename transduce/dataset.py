@@ -1,0 +1,261 @@
+"""The prepared dataset on disk: joint BPE trained, every split encoded, training pairs filtered.
+
+`prepare` does the work once and stores it in a folder; a second call with the same inputs and
+options finds the fingerprint in `meta.json` and loads instead. Layout of the folder:
+
+    vocab.model, vocab.vocab     the joint sentencepiece model (bpe.py)
+    {split}.npz                  int32 ids of each side, flat, with int64 offsets (n + 1 of them),
+                                 and `index`, the line number each pair came from
+    {split}.src.txt / .tgt.txt   dev/test text exactly as read (references, translation input)
+    meta.json                    description, sizes, line counts, filter report, fingerprint
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sentencepiece
+
+from transduce.bpe import Vocab, train_joint
+from transduce.corpus import DataError, LengthFilter, ParallelText, filter_pairs, read_parallel
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1  # bump when the layout changes, so old folders are rebuilt rather than misread
+
+
+@dataclass(frozen=True)
+class EncodedSplit:
+    """One split as subword ids without bos/eos: pair i is `src_ids[src_offsets[i]:...[i+1]]`."""
+
+    src_ids: np.ndarray  # (total src tokens,) int32
+    src_offsets: np.ndarray  # (n + 1,) int64
+    tgt_ids: np.ndarray
+    tgt_offsets: np.ndarray
+    index: np.ndarray  # (n,) the line of the original file each pair came from
+
+    @classmethod
+    def load(cls, path: Path) -> EncodedSplit:
+        try:
+            with np.load(path) as arrays:
+                return cls(**{f.name: arrays[f.name] for f in dataclasses.fields(cls)})
+        except (OSError, KeyError, ValueError) as error:
+            raise DataError(f"{path}: not an encoded split ({error})") from error
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def src_lengths(self) -> np.ndarray:
+        return np.diff(self.src_offsets)
+
+    @property
+    def tgt_lengths(self) -> np.ndarray:
+        return np.diff(self.tgt_offsets)
+
+    def pair(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        src = self.src_ids[self.src_offsets[i] : self.src_offsets[i + 1]]
+        return src, self.tgt_ids[self.tgt_offsets[i] : self.tgt_offsets[i + 1]]
+
+    __getitem__ = pair
+
+    def pairs(self, indices: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The pairs of one batch, ready for `batching.collate`."""
+        return [self.pair(i) for i in indices]
+
+
+class PreparedData:
+    """A folder written by `prepare`: the vocabulary, encoded splits and dev/test text."""
+
+    def __init__(self, path: Path, meta: dict, vocab: Vocab) -> None:
+        self.path, self.meta, self.vocab = path, meta, vocab
+        self._splits: dict[str, EncodedSplit] = {}
+
+    @classmethod
+    def load(cls, path: Path | str) -> PreparedData:
+        path = Path(path)
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+        except (OSError, ValueError) as error:
+            raise DataError(f"{path}: not a prepared dataset (no readable meta.json)") from error
+        if meta.get("format") != FORMAT:
+            raise DataError(f"{path}: prepared with format {meta.get('format')}, need {FORMAT}")
+        return cls(path, meta, Vocab.load(path / "vocab.model"))
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.meta["splits"])
+
+    def split(self, name: str) -> EncodedSplit:
+        self._check(name)
+        if name not in self._splits:
+            self._splits[name] = EncodedSplit.load(self.path / f"{name}.npz")
+        return self._splits[name]
+
+    def text(self, name: str) -> ParallelText:
+        """The unfiltered text of a dev/test split (training text is not kept)."""
+        self._check(name)
+        if name == "train":
+            raise DataError(f"{self.path}: the text of the train split is not kept; use split()")
+        return read_parallel(self.path / f"{name}.src.txt", self.path / f"{name}.tgt.txt")
+
+    def _check(self, name: str) -> None:
+        if name not in self.meta["splits"]:
+            raise DataError(f"{self.path}: no split {name!r}; it has {', '.join(self.splits)}")
+
+
+def prepare(
+    splits: dict[str, tuple[Path, Path]],
+    out: Path,
+    *,
+    vocab_size: int,
+    length_filter: LengthFilter,
+    description: dict,
+    character_coverage: float = 1.0,
+    force: bool = False,
+) -> PreparedData:
+    """Train the joint BPE on train src+tgt, encode every split, filter train, and save to `out`.
+
+    `splits` maps names ("train" required, e.g. "dev", "test") to (src file, tgt file), as
+    `corpus.corpus_files` returns. Reuses `out` when it was prepared from the same file contents
+    and options, unless `force`. Writes go to a temporary folder that is renamed at the end.
+    """
+    if "train" not in splits:
+        raise DataError(f"prepare needs a train split; got {', '.join(splits) or 'none'}")
+    out = Path(out)
+    options = {
+        "vocab_size": vocab_size,
+        "length_filter": dataclasses.asdict(length_filter),
+        "character_coverage": character_coverage,
+        "description": description,
+    }
+    fingerprint = _fingerprint(splits, options)
+    if not force and _stored_fingerprint(out) == fingerprint:
+        logger.info("%s is prepared from the same inputs and options; loading it", out)
+        return PreparedData.load(out)
+    _check_replaceable(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is not
+    try:
+        start = time.perf_counter()
+        meta = _build(splits, tmp, options, fingerprint, length_filter)
+        _swap(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    logger.info(
+        "prepared %s in %.1fs: vocabulary %d, train pairs %s", out, time.perf_counter() - start,
+        meta["vocab_size_actual"], meta["filter_report"],
+    )  # fmt: skip
+    return PreparedData.load(out)
+
+
+def _build(
+    splits: dict[str, tuple[Path, Path]],
+    folder: Path,
+    options: dict,
+    fingerprint: str,
+    length_filter: LengthFilter,
+) -> dict:
+    texts = {name: read_parallel(*paths) for name, paths in splits.items()}
+    train = texts["train"]
+    vocab = train_joint(
+        train.src + train.tgt,
+        options["vocab_size"],
+        folder / "vocab",
+        character_coverage=options["character_coverage"],
+    )
+    report: dict[str, int] = {}
+    counts = {}
+    for name, text in texts.items():
+        src, tgt = vocab.encode(text.src), vocab.encode(text.tgt)
+        if name == "train":  # dev/test stay whole: their references must stay aligned
+            keep, report = filter_pairs(src, tgt, length_filter)
+            if not keep:
+                raise DataError(f"{splits[name][0]}: the length filter dropped every pair")
+        else:
+            keep = list(range(len(src)))
+            _write_text(folder, name, text)
+        _write_split(folder / f"{name}.npz", src, tgt, keep)
+        counts[name] = {"lines": len(src), "pairs": len(keep)}
+        counts[name].update(src_file=str(splits[name][0]), tgt_file=str(splits[name][1]))
+    meta = {
+        "format": FORMAT,
+        "fingerprint": fingerprint,
+        **options,
+        "vocab_size_actual": vocab.size,
+    }
+    meta.update(splits=counts, filter_report=report, sentencepiece=sentencepiece.__version__)
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    return meta
+
+
+def _write_split(path: Path, src: list[list[int]], tgt: list[list[int]], keep: list[int]) -> None:
+    arrays = {"index": np.asarray(keep, dtype=np.int64)}
+    for side, seqs in (("src", src), ("tgt", tgt)):
+        chosen = [seqs[i] for i in keep]
+        offsets = np.zeros(len(chosen) + 1, dtype=np.int64)
+        np.cumsum([len(s) for s in chosen], out=offsets[1:])
+        flat = itertools.chain.from_iterable(chosen)
+        arrays[f"{side}_ids"] = np.fromiter(flat, dtype=np.int32, count=int(offsets[-1]))
+        arrays[f"{side}_offsets"] = offsets
+    np.savez(path, **arrays)
+
+
+def _write_text(folder: Path, name: str, text: ParallelText) -> None:
+    for side, lines in (("src", text.src), ("tgt", text.tgt)):
+        body = "".join(line + "\n" for line in lines)
+        (folder / f"{name}.{side}.txt").write_text(body, encoding="utf-8", newline="\n")
+
+
+def _fingerprint(splits: dict[str, tuple[Path, Path]], options: dict) -> str:
+    """A hash of the input files' contents (not their paths or times) and of every option."""
+    files = {}
+    for name, paths in sorted(splits.items()):
+        files[name] = [_file_hash(Path(p)) for p in paths]
+    tree = {"format": FORMAT, "files": files, "options": options}
+    tree["sentencepiece"] = sentencepiece.__version__
+    return hashlib.sha256(json.dumps(tree, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _file_hash(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except FileNotFoundError as error:
+        raise DataError(f"{path}: file not found") from error
+
+
+def _stored_fingerprint(out: Path) -> str | None:
+    try:
+        return json.loads((out / "meta.json").read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _check_replaceable(out: Path) -> None:
+    """Refuse to replace a non-empty folder that is not a prepared dataset: it is someone's data."""
+    if out.exists() and not (out / "meta.json").is_file() and any(out.iterdir()):
+        raise DataError(f"{out}: exists and is not a prepared dataset; refusing to replace it")
+
+
+def _swap(new: Path, out: Path) -> None:
+    """Put `new` in place of `out`: two renames, so a reader never sees a half-written folder."""
+    if out.exists():
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+        os.replace(out, old / out.name)
+        os.replace(new, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, out)
