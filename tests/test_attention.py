@@ -29,8 +29,11 @@ def test_masked_keys_get_zero_weight():
 
 
 def test_causal_mask_with_a_cache_offset():
-    assert causal_mask(3, 3).tolist() == [[True, False, False], [True, True, False],
-                                          [True, True, True]]  # fmt: skip
+    assert causal_mask(3, 3).tolist() == [
+        [True, False, False],
+        [True, True, False],
+        [True, True, True],
+    ]
     assert causal_mask(1, 4).tolist() == [[True, True, True, True]]
 
 

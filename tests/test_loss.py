@@ -48,5 +48,6 @@ def test_padding_positions_do_not_count():
 def test_gradcheck():
     logits, target = _batch(3)
     logits.requires_grad_()
-    assert torch.autograd.gradcheck(lambda x: label_smoothed_loss(x, target, 0.1, PAD).loss,
-                                    (logits,))  # fmt: skip
+    assert torch.autograd.gradcheck(
+        lambda x: label_smoothed_loss(x, target, 0.1, PAD).loss, (logits,)
+    )

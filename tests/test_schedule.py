@@ -22,8 +22,9 @@ def test_scale_and_the_tiny_preset_peak():
         2 * learning_rate(10, 512, 4000)
     )
     config = tiny()
-    peak = learning_rate(config.train.warmup_steps, 128, config.train.warmup_steps,
-                         config.train.lr_scale)  # fmt: skip
+    peak = learning_rate(
+        config.train.warmup_steps, 128, config.train.warmup_steps, config.train.lr_scale
+    )
     assert peak == pytest.approx(0.005)
 
 

@@ -1,6 +1,7 @@
 import itertools
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 import torch
@@ -60,8 +61,16 @@ def test_a_wide_beam_finds_the_exhaustive_best():
         candidates,
         key=lambda t: _teacher_forced_log_prob(model, src, t) / length_penalty(len(t) + 1, alpha),
     )
-    found = beam_search(model, src, **SPECIALS, beam_size=3**limit, alpha=alpha, max_len_a=0,
-                        max_len_b=limit, n_best=3**limit)[0]  # fmt: skip
+    found = beam_search(
+        model,
+        src,
+        **SPECIALS,
+        beam_size=3**limit,
+        alpha=alpha,
+        max_len_a=0,
+        max_len_b=limit,
+        n_best=3**limit,
+    )[0]
     assert found[0].tokens == best
     # every ended hypothesis is scored as teacher forcing scores it, and sorted best first
     for hyp in found:
@@ -88,7 +97,7 @@ class ScriptedCache:
 class ScriptedModel:
     """P(EOS) = 0.5, P(a) = 0.5 at the start; after 'a', P(EOS) = 0.8, P(a) = 0.2; and so on."""
 
-    table = {(): {EOS: 0.5, A: 0.5}, (A,): {EOS: 0.8, A: 0.2}, (A, A): {EOS: 1.0}}
+    table: ClassVar[dict] = {(): {EOS: 0.5, A: 0.5}, (A,): {EOS: 0.8, A: 0.2}, (A, A): {EOS: 1.0}}
 
     def __init__(self):
         self.steps = 0
@@ -114,8 +123,9 @@ def test_length_penalty_and_n_best_order_worked_by_hand():
     # log P: [] = log .5 = -0.693; [a] = log .4 = -0.916; [a, a] = log .1 = -2.303
     plain = beam_search(ScriptedModel(), src, **SPECIALS, beam_size=3, alpha=0.0, n_best=3)[0]
     assert [h.tokens for h in plain] == [[], [A], [A, A]]
-    assert [h.log_prob for h in plain] == pytest.approx([math.log(0.5), math.log(0.4),
-                                                         math.log(0.1)])  # fmt: skip
+    assert [h.log_prob for h in plain] == pytest.approx(
+        [math.log(0.5), math.log(0.4), math.log(0.1)]
+    )
     # alpha 2: [a] scores -0.916 / (7/6)^2 = -0.673 and beats [] at -0.693 / 1
     penalised = beam_search(ScriptedModel(), src, **SPECIALS, beam_size=3, alpha=2.0, n_best=2)[0]
     assert [h.tokens for h in penalised] == [[A], []]
@@ -130,7 +140,7 @@ def test_search_stops_early_when_every_beam_has_ended():
 
 def test_hypotheses_never_exceed_the_length_limit():
     class NeverEnds(ScriptedModel):
-        table = {}
+        table: ClassVar[dict] = {}
 
         def step(self, tokens, cache):
             logits = super().step(tokens, cache)

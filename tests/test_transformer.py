@@ -11,8 +11,13 @@ from .conftest import BOS, EOS, PAD, tiny_model
 
 SRC = torch.tensor([[4, 5, 6, 7, EOS], [8, 9, EOS, PAD, PAD]])
 TGT_IN = torch.tensor([[BOS, 4, 5, 6, 7], [BOS, 10, 11, PAD, PAD]])
-VARIANTS = [{}, {"pre_norm": True}, {"positions": "learned"}, {"share_embeddings": False,
-            "tie_output": False}, {"h": 3, "d_k": 4, "d_v": 6}]  # fmt: skip
+VARIANTS = [
+    {},
+    {"pre_norm": True},
+    {"positions": "learned"},
+    {"share_embeddings": False, "tie_output": False},
+    {"h": 3, "d_k": 4, "d_v": 6},
+]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -104,8 +104,10 @@ class TokenBatchSampler:
         if self.n_skipped:
             logger.warning(
                 "skipping %d of %d examples longer than max_tokens=%d",
-                self.n_skipped, len(fits), max_tokens,
-            )  # fmt: skip
+                self.n_skipped,
+                len(fits),
+                max_tokens,
+            )
         self._cached: tuple[int, list[list[int]]] | None = None
 
     def shard(self, rank: int, world: int) -> TokenBatchSampler:

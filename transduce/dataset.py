@@ -155,9 +155,12 @@ def prepare(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info(
-        "prepared %s in %.1fs: vocabulary %d, train pairs %s", out, time.perf_counter() - start,
-        meta["vocab_size_actual"], meta["filter_report"],
-    )  # fmt: skip
+        "prepared %s in %.1fs: vocabulary %d, train pairs %s",
+        out,
+        time.perf_counter() - start,
+        meta["vocab_size_actual"],
+        meta["filter_report"],
+    )
     return PreparedData.load(out)
 
 

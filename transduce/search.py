@@ -34,7 +34,7 @@ class Hypothesis:
 
 
 def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016), which the paper's alpha refers to."""
+    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016), the paper's length penalty."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -60,9 +60,15 @@ def _next_token_log_probs(
 
 @torch.no_grad()
 def greedy_search(
-    model: Decoder, src: Tensor, *, bos: int, eos: int, pad: int,
-    max_len_a: float = 1.0, max_len_b: int = 50,
-) -> list[list[int]]:  # fmt: skip
+    model: Decoder,
+    src: Tensor,
+    *,
+    bos: int,
+    eos: int,
+    pad: int,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+) -> list[list[int]]:
     """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS."""
     limit = max_lengths(src, pad, max_len_a, max_len_b)
     cache = model.init_cache(model.encode(src), 1)
@@ -88,9 +94,18 @@ def greedy_search(
 
 @torch.no_grad()
 def beam_search(
-    model: Decoder, src: Tensor, *, bos: int, eos: int, pad: int, beam_size: int = 4,
-    alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50, n_best: int = 1,
-) -> list[list[Hypothesis]]:  # fmt: skip
+    model: Decoder,
+    src: Tensor,
+    *,
+    bos: int,
+    eos: int,
+    pad: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    n_best: int = 1,
+) -> list[list[Hypothesis]]:
     """Batched beam search; src (B, S) -> for each sentence its n_best hypotheses, best first.
 
     Each step ranks the beams' k * V extensions by log-probability. An EOS among the k best
@@ -132,9 +147,15 @@ def beam_search(
 
 
 def _collect_ended(
-    ended: list[list[Hypothesis]], sentences: Tensor, history: Tensor, top_scores: Tensor,
-    top_beam: Tensor, is_eos: Tensor, k: int, alpha: float,
-) -> None:  # fmt: skip
+    ended: list[list[Hypothesis]],
+    sentences: Tensor,
+    history: Tensor,
+    top_scores: Tensor,
+    top_beam: Tensor,
+    is_eos: Tensor,
+    k: int,
+    alpha: float,
+) -> None:
     """Record the hypotheses that end with EOS among the k best candidates of each sentence.
 
     An EOS ranked below k would not have been kept by a beam of k, so it does not count.

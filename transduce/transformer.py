@@ -149,8 +149,9 @@ class DecoderLayer(nn.Module):
         x = self.self_attn_residual.add(x, a)
 
         h = self.cross_attn_residual.sublayer_input(x)
-        a, cross_weights = self.cross_attn(h, cache.cross_k, cache.cross_v, src_mask, False,
-                                           need_weights)  # fmt: skip
+        a, cross_weights = self.cross_attn(
+            h, cache.cross_k, cache.cross_v, src_mask, False, need_weights
+        )
         x = self.cross_attn_residual.add(x, a)
         x = self.ffn_residual.add(x, self.ffn(self.ffn_residual.sublayer_input(x)))
         return x, self_weights, cross_weights
@@ -190,8 +191,9 @@ class Transformer(nn.Module):
         # A pre-norm stack leaves its sum un-normalised; a final LayerNorm closes it.
         self.encoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else nn.Identity()
-        self.output = None if config.tie_output else nn.Linear(config.d_model, config.vocab_size,
-                                                               bias=False)  # fmt: skip
+        self.output = (
+            None if config.tie_output else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        )
         self._init_linear_weights()
 
     def _token_embedding(self, config: ModelConfig) -> nn.Embedding:

@@ -1,0 +1,31 @@
+import pytest
+
+from transduce.metrics import bleu, chrf
+
+
+def test_identical_text_scores_100_and_the_signature_is_sacrebleus():
+    refs = ["a man rides a horse .", "two dogs play in the snow ."]
+    score = bleu(refs, refs)
+    assert score.score == pytest.approx(100.0)
+    assert score.signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert chrf(refs, refs).score == pytest.approx(100.0)
+
+
+def test_lowercase_tokenized_mode_ignores_case_and_splits_on_spaces_only():
+    hyps = ["A man rides a horse ."]
+    refs = ["a man rides a horse ."]
+    assert bleu(hyps, refs).score < 100.0
+    tokenized = bleu(hyps, refs, lowercase_tokenized=True)
+    assert tokenized.score == pytest.approx(100.0)
+    assert "case:lc" in tokenized.signature and "tok:none" in tokenized.signature
+
+
+def test_a_value_worked_by_hand():
+    # "a b c d" against "a b c e": n-gram precisions 3/4, 2/3, 1/2 and 0/1; sacreBLEU's default
+    # 'exp' smoothing turns the zero into 1 / (2 * 1). BP = 1. BLEU = (3/4 * 2/3 * 1/2 * 1/2)^(1/4)
+    assert bleu(["a b c d"], ["a b c e"]).score == pytest.approx(100 * 0.125**0.25, abs=1e-6)
+
+
+def test_mismatched_line_counts_are_refused():
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        bleu(["a", "b"], ["a"])

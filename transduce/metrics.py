@@ -1,0 +1,48 @@
+"""Translation quality (s6.1): sacreBLEU with its signature, chrF, and tokenized BLEU.
+
+`lowercase_tokenized=True` scores lowercased text split on whitespace, as multi-bleu.perl does
+on pre-tokenized text: the number published Multi30k baselines report (use it on the `tok`
+variant's output). The default is sacreBLEU's own: cased, detokenized, 13a tokenization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sacrebleu
+
+
+@dataclass(frozen=True)
+class Score:
+    name: str
+    score: float
+    signature: str
+    detail: str  # sacreBLEU's line, e.g. "BLEU = 41.20 72.1/48.0/... (BP = ...)"
+
+    def __str__(self) -> str:
+        return f"{self.detail}\n  signature: {self.signature}"
+
+
+def _check(hypotheses: list[str], references: list[str]) -> None:
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references: one line each"
+        )
+
+
+def bleu(hypotheses: list[str], references: list[str], lowercase_tokenized: bool = False) -> Score:
+    """Corpus BLEU of one reference per hypothesis."""
+    _check(hypotheses, references)
+    if lowercase_tokenized:
+        metric = sacrebleu.BLEU(tokenize="none", lowercase=True)
+    else:
+        metric = sacrebleu.BLEU()
+    result = metric.corpus_score(hypotheses, [references])
+    return Score("BLEU", result.score, str(metric.get_signature()), str(result))
+
+
+def chrf(hypotheses: list[str], references: list[str]) -> Score:
+    _check(hypotheses, references)
+    metric = sacrebleu.CHRF()
+    result = metric.corpus_score(hypotheses, [references])
+    return Score("chrF", result.score, str(metric.get_signature()), str(result))
