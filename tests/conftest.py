@@ -37,3 +37,33 @@ def data_dir() -> Path:
     if not path:
         pytest.skip("TRANSDUCE_DATA is not set")
     return Path(path)
+
+
+# Tiny models run fastest on one thread, and the suite then leaves a core to whatever else runs.
+torch.set_num_threads(1)
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def reverse_task_files(folder: Path, n_train: int = 3000, n_dev: int = 40, seed: int = 0) -> dict:
+    """A toy corpus: the target is the source's words reversed. Returns prepare's `splits`."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["a", "b", "c", "d", "e", "f", "g", "h"]
+
+    def sentences(n):
+        return [" ".join(rng.choice(words) for _ in range(rng.randint(2, 6))) for _ in range(n)]
+
+    splits = {}
+    for name, n in (("train", n_train), ("dev", n_dev), ("test", n_dev)):
+        src = sentences(n)
+        tgt = [" ".join(reversed(s.split())) for s in src]
+        splits[name] = (
+            write_lines(folder / f"{name}.src", src),
+            write_lines(folder / f"{name}.tgt", tgt),
+        )
+    return splits

@@ -256,8 +256,8 @@ def _translate(args) -> None:
     from .corpus import read_lines
     from .translate import Translator
 
+    translator = Translator.load(args.model, args.checkpoint, args.device)  # bad model: fail first
     lines = read_lines(args.input) if args.input else _stdin_lines()
-    translator = Translator.load(args.model, args.checkpoint, args.device)
     results = translator.translate(
         lines,
         beam_size=args.beam,

@@ -173,17 +173,23 @@ def _require(condition: bool, message: str) -> None:
 
 
 def override(config: Config, assignments: dict[str, object]) -> Config:
-    """Apply `{"train.max_steps": 2000, ...}`; strings are parsed to the field's type."""
+    """Apply `{"train.max_steps": 2000, ...}`; strings are parsed to the field's type.
+
+    Each section's changes are applied together, so checks across fields see the final values.
+    """
+    changes: dict[str, dict[str, object]] = {}
     for key, raw in assignments.items():
         section_name, _, name = key.partition(".")
-        _require(section_name in _SECTION_CLASSES and name, f"unknown config key: {key}")
-        section = getattr(config, section_name)
-        fields = {f.name: f for f in dataclasses.fields(section)}
-        _require(name in fields, f"unknown config key: {key}")
-        value = _coerce(key, raw, typing.get_type_hints(type(section))[name])
-        section = dataclasses.replace(section, **{name: value})
-        config = dataclasses.replace(config, **{section_name: section})
-    return config
+        _require(section_name in _SECTION_CLASSES and bool(name), f"unknown config key: {key}")
+        section_cls = _SECTION_CLASSES[section_name]
+        hints = typing.get_type_hints(section_cls)
+        _require(name in hints, f"unknown config key: {key}")
+        changes.setdefault(section_name, {})[name] = _coerce(key, raw, hints[name])
+    sections = {
+        name: dataclasses.replace(getattr(config, name), **values)
+        for name, values in changes.items()
+    }
+    return dataclasses.replace(config, **sections)
 
 
 def parse_assignments(pairs: list[str]) -> dict[str, str]:

@@ -169,6 +169,7 @@ class Trainer:
             if self.progress.step % train.valid_every == 0:
                 self._validate_and_save()
                 last_step_saved = self.progress.step
+                window.restart_clock()  # tokens/s measures training, not validation
             if self._should_stop():
                 break
         bar.close()
@@ -303,7 +304,9 @@ class Trainer:
         hypotheses = decode_ids(self.model, self.vocab, sources, decode, self.device)
         outputs = self.vocab.decode([h[0].tokens for h in hypotheses])
         references = [text.tgt[i] for i in split.index]
-        return bleu(outputs, references).score
+        # Pre-tokenized data is scored as published results on it are: lowercased, tokenized.
+        tokenized = self.data.meta.get("description", {}).get("variant") == "tok"
+        return bleu(outputs, references, lowercase_tokenized=tokenized).score
 
     def _state(self) -> dict:
         rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
@@ -337,18 +340,24 @@ class _Window:
     """Loss and throughput over the updates since the last log line."""
 
     def __init__(self) -> None:
-        self.start, self.loss, self.nll = time.monotonic(), 0.0, 0.0
+        self.loss = self.nll = 0.0
         self.tgt_tokens = self.src_tokens = self.updates = 0
+        self.restart_clock()
+
+    def restart_clock(self) -> None:
+        """Throughput counts from here: validation time is not training time."""
+        self.start, self.timed_tokens = time.monotonic(), 0
 
     def add(self, stats: dict) -> None:
         self.loss += stats["loss"] * stats["tgt_tokens"]
         self.nll += stats["nll"] * stats["tgt_tokens"]
         self.tgt_tokens += stats["tgt_tokens"]
+        self.timed_tokens += stats["tgt_tokens"]
         self.src_tokens += stats["src_tokens"]
         self.updates += 1
 
     def tokens_per_second(self) -> float:
-        return self.tgt_tokens / max(time.monotonic() - self.start, 1e-9)
+        return self.timed_tokens / max(time.monotonic() - self.start, 1e-9)
 
     def summary(self) -> dict:
         n = max(self.tgt_tokens, 1)

@@ -1,0 +1,139 @@
+"""The training loop end to end on a toy reverse task: learning, resume, checkpoints, failures."""
+
+import math
+
+import pytest
+import torch
+
+from transduce.checkpoint import CheckpointStore, load
+from transduce.config import override, tiny
+from transduce.corpus import LengthFilter
+from transduce.dataset import PreparedData, prepare
+from transduce.train import Trainer, TrainingError, train
+from transduce.translate import Translator
+
+from .conftest import reverse_task_files
+
+TOY = {
+    "model.n_layers": 2,
+    "model.d_model": 32,
+    "model.d_ff": 64,
+    "model.h": 2,
+    "model.d_k": 16,
+    "model.d_v": 16,
+    "model.dropout": 0.0,
+    "data.max_tokens": 400,
+    "train.warmup_steps": 60,
+    "train.lr_scale": 0.15,  # a peak of 3.4e-3
+    "train.valid_every": 20,
+    "train.log_every": 10,
+    "train.keep_last": 3,
+    "train.average_last": 2,
+    "train.max_steps": 40,
+}
+
+
+def toy_config(**changes):
+    return override(override(tiny(), TOY), changes)
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("toy")
+    splits = reverse_task_files(folder)
+    data = prepare(splits, folder / "prepared", vocab_size=16, length_filter=LengthFilter(),
+                   description={"corpus": "toy"})  # fmt: skip
+    return data.path
+
+
+def _trainer(config, data_path, run_dir, resume=False):
+    return Trainer(config, PreparedData.load(data_path), run_dir, resume, torch.device("cpu"))
+
+
+@pytest.mark.slow
+def test_a_tiny_model_learns_to_reverse(toy_data, tmp_path):
+    config = toy_config(**{"train.max_steps": 800, "train.valid_every": 100})
+    train(config, toy_data, tmp_path / "run")
+    data = PreparedData.load(toy_data)
+    test = data.text("test")
+    outputs = [h[0][0] for h in Translator.load(tmp_path / "run").translate(test.src)]
+    exact = sum(o == t for o, t in zip(outputs, test.tgt, strict=True)) / len(outputs)
+    assert exact >= 0.8, list(zip(outputs, test.tgt, strict=True))[:5]
+    assert (tmp_path / "run" / "curve.png").stat().st_size > 0
+
+
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(toy_data, tmp_path):
+    config = toy_config(**{"model.dropout": 0.3})  # dropout: the random state must be restored
+    _trainer(config, toy_data, tmp_path / "straight").run()
+    _trainer(toy_config(**{"model.dropout": 0.3, "train.max_steps": 20}), toy_data,
+             tmp_path / "stopped").run()  # fmt: skip
+    _trainer(config, toy_data, tmp_path / "stopped", resume=True).run()
+    straight = load(CheckpointStore(tmp_path / "straight", 3).path(40))
+    resumed = load(CheckpointStore(tmp_path / "stopped", 3).path(40))
+    for name, tensor in straight["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name  # bitwise on a CPU
+    assert straight["progress"] == resumed["progress"] | {
+        "elapsed": straight["progress"]["elapsed"]
+    }
+
+
+def test_a_saved_model_loads_with_identical_outputs(toy_data, tmp_path):
+    trainer = _trainer(toy_config(**{"train.max_steps": 20}), toy_data, tmp_path / "run")
+    trainer.run()
+    store = CheckpointStore(tmp_path / "run", 3)
+    loaded = Translator.load(tmp_path / "run", checkpoint=store.path(20)).model
+    src = torch.tensor([[4, 5, 6, 3]])
+    tgt = torch.tensor([[2, 6, 5]])
+    trainer.model.eval()
+    assert torch.equal(loaded(src, tgt), trainer.model(src, tgt))
+
+
+def test_resume_with_a_different_model_is_refused(toy_data, tmp_path):
+    _trainer(toy_config(**{"train.max_steps": 10}), toy_data, tmp_path / "run").run()
+    with pytest.raises(TrainingError, match="different configuration"):
+        _trainer(toy_config(**{"model.d_ff": 128}), toy_data, tmp_path / "run", resume=True)
+    with pytest.raises(TrainingError, match="already holds a run"):
+        _trainer(toy_config(), toy_data, tmp_path / "run")
+
+
+def test_an_unwritable_run_folder_is_refused_before_training(toy_data, tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(TrainingError, match="cannot write"):
+        _trainer(toy_config(), toy_data, tmp_path / "file" / "run")
+
+
+def test_a_non_finite_loss_skips_the_update(toy_data, tmp_path, monkeypatch):
+    import transduce.train as train_module
+
+    real = train_module.label_smoothed_loss
+    calls = {"n": 0}
+
+    def sometimes_nan(logits, *args):
+        calls["n"] += 1
+        sums = real(logits, *args)
+        if calls["n"] == 3:  # the third batch
+            sums.loss = sums.loss * math.nan
+        return sums
+
+    monkeypatch.setattr(train_module, "label_smoothed_loss", sometimes_nan)
+    trainer = _trainer(toy_config(**{"train.max_steps": 5, "train.valid_every": 100}), toy_data,
+                       tmp_path / "run")  # fmt: skip
+    trainer.run()
+    assert trainer.progress.bad_steps == 1
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_a_run_that_keeps_diverging_stops_with_a_clear_message(toy_data, tmp_path, monkeypatch):
+    import transduce.train as train_module
+
+    real = train_module.label_smoothed_loss
+
+    def always_nan(logits, *args):
+        sums = real(logits, *args)
+        sums.loss = sums.loss * math.nan
+        return sums
+
+    monkeypatch.setattr(train_module, "label_smoothed_loss", always_nan)
+    trainer = _trainer(toy_config(**{"train.valid_every": 100}), toy_data, tmp_path / "run")
+    with pytest.raises(TrainingError, match="non-finite losses in a row"):
+        trainer.run()
