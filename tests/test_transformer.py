@@ -147,6 +147,11 @@ def test_parameter_counts_match_table_3(name, paper_millions):
     assert abs(_count(name) / (paper_millions * 1e6) - 1) < tolerance
 
 
+def test_table_3_fits_one_architecture_at_a_vocabulary_of_40k():
+    rows = [("base", 65), ("big", 213)] + [(f"{r}{i}", m) for (r, i), m in TABLE3_PARAMS_M.items()]
+    assert all(abs(_count(name, 40000) / (m * 1e6) - 1) < 0.025 for name, m in rows)
+
+
 def test_tiny_and_small_presets_have_the_published_sizes():
     tiny = preset("tiny").model
     assert (tiny.n_layers, tiny.d_model, tiny.h, tiny.d_ff) == (4, 128, 4, 256)

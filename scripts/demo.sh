@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up if needed, then run the main job: prepare Multi30k en-de, train the tiny preset for a
+# bounded time (--minutes, default 10), translate the 2016 test set, print BLEU, plot the curve.
+# Reads the corpora from $TRANSDUCE_DATA, or ../shared/data when it exists, else downloads them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+if [ -z "${TRANSDUCE_DATA:-}" ] && [ -d ../shared/data ]; then
+  TRANSDUCE_DATA=$(cd ../shared/data && pwd)
+  export TRANSDUCE_DATA
+fi
+exec .venv/bin/transduce demo "$@"
