@@ -1,6 +1,7 @@
 """transduce: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
 
-The public API, one import away; each name lives in the module of its paper section.
+The public API, one import away; each name lives in the module of its paper section. The
+function `train.train` is not re-exported, so that `transduce.train` stays the module.
 """
 
 from .config import Config, DecodeConfig, ModelConfig, TrainConfig, base, big, preset, table3, tiny
@@ -8,7 +9,7 @@ from .corpus import DataError, corpus_files, read_parallel
 from .dataset import PreparedData, prepare
 from .metrics import bleu, chrf
 from .search import Hypothesis, beam_search, greedy_search
-from .train import TrainingError, train
+from .train import Trainer, TrainingError
 from .transformer import Transformer
 from .translate import Translator
 
@@ -22,6 +23,7 @@ __all__ = [
     "ModelConfig",
     "PreparedData",
     "TrainConfig",
+    "Trainer",
     "TrainingError",
     "Transformer",
     "Translator",
@@ -37,5 +39,4 @@ __all__ = [
     "read_parallel",
     "table3",
     "tiny",
-    "train",
-]  # fmt: skip
+]

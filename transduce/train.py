@@ -3,7 +3,8 @@
 A run lives in one folder: `config.json` (the resolved Config), `vocab.model`, `log.jsonl`,
 `curve.png`, `checkpoints/` (the last K and the best) and, at the end, `average.pt`.
 `resume=True` continues from the newest good checkpoint with the same data order, schedule and
-random state, so a resumed run ends where an uninterrupted one would.
+random state, so a resumed run ends where an uninterrupted one would. Under torchrun, each
+process trains on its share of the batches (distributed.py) and only the first one writes.
 """
 
 from __future__ import annotations
@@ -19,19 +20,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from . import distributed
 from .batching import Batch, TokenBatchSampler, collate
 from .checkpoint import CheckpointStore, average, save
 from .config import Config
 from .curves import plot_learning_curve, read_log
 from .dataset import PreparedData
 from .loss import label_smoothed_loss
-from .metrics import bleu
 from .runtime import pick_device
 from .schedule import learning_rate, make_optimizer, set_learning_rate
 from .transformer import Transformer, count_parameters
-from .translate import AVERAGE_FILE, decode_ids
+from .translate import AVERAGE_FILE
+from .validation import dev_bleu, dev_loss
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +51,10 @@ class Progress:
 
     step: int = 0  # updates done
     epoch: int = 0
-    batch_in_epoch: int = 0  # batches of `epoch` already used
+    batch_in_epoch: int = 0  # batches of `epoch` this process has used
     elapsed: float = 0.0  # seconds of training, summed over resumed sessions
     bad_steps: int = 0  # updates skipped for a non-finite loss, in total
+    world: int = 1  # training processes; a resumed run must use as many
 
 
 def train(
@@ -62,81 +66,111 @@ def train(
     device: str | None = None,
 ) -> Path:
     """Train on a prepared dataset into `run_dir`; returns the path of the final averaged model."""
-    trainer = Trainer(
-        config, PreparedData.load(data_dir), Path(run_dir), resume, pick_device(device)
-    )
-    return trainer.run()
+    target = pick_device(device)
+    processes = distributed.start(target.type)
+    if processes.parallel and target.type == "cuda":
+        target = torch.device("cuda", processes.local_rank)
+        torch.cuda.set_device(target)
+    try:
+        trainer = Trainer(
+            config, PreparedData.load(data_dir), Path(run_dir), resume, target, processes
+        )
+        return trainer.run()
+    finally:
+        distributed.stop()
 
 
 class Trainer:
     def __init__(
-        self, config: Config, data: PreparedData, run_dir: Path, resume: bool, device: torch.device
+        self,
+        config: Config,
+        data: PreparedData,
+        run_dir: Path,
+        resume: bool,
+        device: torch.device,
+        processes: distributed.Processes | None = None,
     ):
         self.data, self.run_dir, self.device = data, run_dir, device
+        self.processes = processes or distributed.Processes()
         self.config = self._resolve_config(config, resume)
         if self.config.train.threads:
             torch.set_num_threads(self.config.train.threads)
         self.vocab = data.vocab
-        torch.manual_seed(self.config.train.seed)
-        random.seed(self.config.train.seed)
-        self.model = Transformer(self.config.model, pad=self.vocab.pad).to(device)
-        self.optimizer = make_optimizer(
-            self.model.parameters(), self.config.train, fused=device.type == "cuda"
-        )
-        train_split = data.split("train")
-        self.sampler = TokenBatchSampler(
-            train_split.src_lengths,
-            train_split.tgt_lengths,
-            max_tokens=self.config.data.max_tokens,
-            bucket_width=self.config.data.bucket_width,
-            seed=self.config.train.seed,
-        )
+        self.model, self.network, self.optimizer = self._build_model()
+        self.sampler = self._build_sampler()
         self.store = CheckpointStore(run_dir, self.config.train.keep_last)
-        self.progress = Progress()
+        self.progress = Progress(world=self.processes.world)
         self.log_path = run_dir / "log.jsonl"
+        self._consecutive_bad = 0
         if resume:
             self._restore()
-        logger.info("model: %s parameters; device %s", f"{count_parameters(self.model):,}", device)
+        logger.info(
+            "model: %s parameters; device %s; %d process(es)",
+            f"{count_parameters(self.model):,}",
+            device,
+            self.processes.world,
+        )
 
     # --- setup ----------------------------------------------------------------------------
 
     def _resolve_config(self, config: Config, resume: bool) -> Config:
         """Fix the vocabulary size, check the folder, write (or on resume compare) config.json."""
         config = replace(config, model=replace(config.model, vocab_size=self.data.vocab.size))
-        _check_writable(self.run_dir)
-        saved = self.run_dir / "config.json"
-        if resume and saved.exists():
-            previous = Config.load(saved)
-            # Only when to stop may change on resume; anything else would be a different run.
-            limits = ("max_steps", "max_epochs", "max_minutes")
-            same = replace(previous.train, **{k: getattr(config.train, k) for k in limits})
-            if replace(previous, train=same) != config:
-                raise TrainingError(
-                    f"{saved}: --resume with a different configuration; only train.max_steps, "
-                    "max_epochs and max_minutes may change"
-                )
-        elif not resume and (self.run_dir / "checkpoints").exists():
-            raise TrainingError(f"{self.run_dir} already holds a run: pass --resume or a new --out")
-        saved.write_text(config.to_json())
-        shutil.copyfile(self.data.path / "vocab.model", self.run_dir / "vocab.model")
-        (self.run_dir / "data.json").write_text(json.dumps(self.data.meta, indent=2))
+        if self.processes.is_main:
+            _check_writable(self.run_dir)
+            _check_same_run(self.run_dir, config, resume)
+            (self.run_dir / "config.json").write_text(config.to_json())
+            shutil.copyfile(self.data.path / "vocab.model", self.run_dir / "vocab.model")
+            (self.run_dir / "data.json").write_text(json.dumps(self.data.meta, indent=2))
+        self.processes.barrier()
         return config
+
+    def _build_model(self):
+        train = self.config.train
+        torch.manual_seed(train.seed)  # the same initial parameters in every process
+        model = Transformer(self.config.model, pad=self.data.vocab.pad).to(self.device)
+        # Each process draws its own dropout masks; one process keeps the seed as it is.
+        torch.manual_seed(train.seed + 1000 * self.processes.rank)
+        random.seed(train.seed)
+        network = model
+        if self.processes.parallel:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            network = DistributedDataParallel(model, device_ids=ids)
+        optimizer = make_optimizer(model.parameters(), train, fused=self.device.type == "cuda")
+        return model, network, optimizer
+
+    def _build_sampler(self) -> TokenBatchSampler:
+        split = self.data.split("train")
+        sampler = TokenBatchSampler(
+            split.src_lengths,
+            split.tgt_lengths,
+            max_tokens=self.config.data.max_tokens,
+            bucket_width=self.config.data.bucket_width,
+            seed=self.config.train.seed,
+        )
+        return sampler.shard(self.processes.rank, self.processes.world)
 
     def _restore(self) -> None:
         state = self.store.load_latest()
         if state is None:
             logger.info("nothing to resume in %s: starting afresh", self.run_dir)
             return
+        if state["progress"]["world"] != self.processes.world:
+            raise TrainingError(
+                f"{self.run_dir} was trained by {state['progress']['world']} process(es); "
+                f"resume it with as many, not {self.processes.world}"
+            )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.progress = Progress(**state["progress"])
-        torch.set_rng_state(state["rng"]["torch"])
-        random.setstate(state["rng"]["python"])
-        if torch.cuda.is_available() and "cuda" in state["rng"]:
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-        # Forget what a killed session logged after its last checkpoint: it will be redone.
-        kept = [r for r in read_log(self.log_path) if r["step"] <= self.progress.step]
-        self.log_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        rng = state["rng"][self.processes.rank]
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        if torch.cuda.is_available() and "cuda" in rng:
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        if self.processes.is_main:  # forget what a killed session logged after its checkpoint
+            kept = [r for r in read_log(self.log_path) if r["step"] <= self.progress.step]
+            self.log_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
         logger.info("resumed from step %d (epoch %d)", self.progress.step, self.progress.epoch)
 
     # --- the loop ---------------------------------------------------------------------------
@@ -147,14 +181,13 @@ class Trainer:
             total=train.max_steps,
             initial=self.progress.step,
             unit="step",
-            disable=None,
+            disable=None if self.processes.is_main else True,
             dynamic_ncols=True,
         )
-        session_start, last_step_saved = time.monotonic(), self.progress.step
-        elapsed_before = self.progress.elapsed
-        window = _Window()
-        for batches in self._update_groups():
-            stats = self._update(batches)
+        session_start, elapsed_before = time.monotonic(), self.progress.elapsed
+        last_saved, window = self.progress.step, _Window()
+        for group in self._update_groups():
+            stats = self._update(group)
             self.progress.elapsed = elapsed_before + time.monotonic() - session_start
             window.add(stats)
             bar.update(1)
@@ -168,12 +201,12 @@ class Trainer:
                 window = _Window()
             if self.progress.step % train.valid_every == 0:
                 self._validate_and_save()
-                last_step_saved = self.progress.step
+                last_saved = self.progress.step
                 window.restart_clock()  # tokens/s measures training, not validation
             if self._should_stop():
                 break
         bar.close()
-        if self.progress.step != last_step_saved:
+        if self.progress.step != last_saved:
             self._validate_and_save()
         return self._average()
 
@@ -193,28 +226,33 @@ class Trainer:
                 return
 
     def _update(self, group: list[list[int]]) -> dict:
-        """One optimiser step over a group of batches; the loss is per target token of them all."""
-        self.model.train()
-        split = self.data.split("train")
+        """One optimiser step; the loss is per target token of the group, in all processes."""
+        self.network.train()
+        split, world = self.data.split("train"), self.processes.world
         batches = [self._collate(split.pairs(indices)) for indices in group]
-        n_tokens = sum(b.n_tgt_tokens for b in batches)
+        (n_tokens,) = self.processes.sum([sum(b.n_tgt_tokens for b in batches)])
         loss_sum = nll_sum = 0.0
-        for batch in batches:
-            with self._autocast():
-                logits = self.model(batch.src, batch.tgt_in)
-            sums = label_smoothed_loss(
-                logits, batch.tgt_out, self.config.train.label_smoothing, self.vocab.pad
-            )
-            (sums.loss / n_tokens).backward()
+        for i, batch in enumerate(batches):
+            # DDP averages gradients over processes at the last backward of the group;
+            # scaling by `world` turns that average into the sum over all the group's tokens.
+            last = i == len(batches) - 1
+            with self._no_sync(last), self._autocast(), _explain_out_of_memory(self.config):
+                logits = self.network(batch.src, batch.tgt_in)
+                sums = label_smoothed_loss(
+                    logits, batch.tgt_out, self.config.train.label_smoothing, self.vocab.pad
+                )
+                (sums.loss * world / n_tokens).backward()
             loss_sum, nll_sum = loss_sum + sums.loss.item(), nll_sum + sums.nll.item()
+        loss_sum, nll_sum = self.processes.sum([loss_sum, nll_sum])
         rate = self._learning_rate(self.progress.step + 1)
         self._optimizer_step(rate, finite=math.isfinite(loss_sum))
+        src_tokens = sum(b.n_src_tokens for b in batches) * world  # approximately, for the log
         return {
             "loss": loss_sum / n_tokens,
             "nll": nll_sum / n_tokens,
             "lr": rate,
             "tgt_tokens": n_tokens,
-            "src_tokens": sum(b.n_src_tokens for b in batches),
+            "src_tokens": src_tokens,
         }
 
     def _optimizer_step(self, rate: float, finite: bool) -> None:
@@ -227,7 +265,7 @@ class Trainer:
             self._consecutive_bad = 0
         else:  # skip the update, and give up if it keeps happening
             self.progress.bad_steps += 1
-            self._consecutive_bad = getattr(self, "_consecutive_bad", 0) + 1
+            self._consecutive_bad += 1
             logger.warning("non-finite loss at step %d: update skipped", self.progress.step + 1)
             if self._consecutive_bad >= MAX_BAD_STEPS:
                 raise TrainingError(
@@ -246,7 +284,10 @@ class Trainer:
         train = self.config.train
         if self.progress.step >= train.max_steps:
             return True
-        return bool(train.max_minutes) and self.progress.elapsed >= 60 * train.max_minutes
+        if not train.max_minutes:
+            return False
+        # Clocks differ between processes: all stop when one runs out of time.
+        return self.processes.any(self.progress.elapsed >= 60 * train.max_minutes)
 
     def _collate(self, pairs) -> Batch:
         return collate(pairs, self.vocab.pad, self.vocab.bos, self.vocab.eos).to(self.device)
@@ -256,72 +297,48 @@ class Trainer:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return nullcontext()
 
+    def _no_sync(self, last: bool):
+        """Within a group, only the last backward synchronises gradients between processes."""
+        if self.processes.parallel and not last:
+            return self.network.no_sync()
+        return nullcontext()
+
     # --- validation, checkpoints, logs -----------------------------------------------------
 
-    @torch.no_grad()
     def _validate_and_save(self) -> None:
-        record = {"kind": "valid", "step": self.progress.step, **self._dev_loss()}
-        if self.config.train.valid_bleu:
-            record["bleu"] = self._dev_bleu()
-        self._log(record)
-        score = record.get("bleu", -record["loss"])
-        self.store.save(self._state(), self.progress.step, score, higher_is_better=True)
-        plot_learning_curve(self.log_path, self.run_dir / "curve.png")
-        logger.info(
-            "step %d: %s",
-            self.progress.step,
-            ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "kind"),
-        )
-
-    def _dev_loss(self) -> dict:
-        self.model.eval()
-        split = self.data.split("dev")
-        sampler = TokenBatchSampler(
-            split.src_lengths,
-            split.tgt_lengths,
-            max_tokens=self.config.data.max_tokens,
-            shuffle=False,
-        )
-        loss = nll = n_tokens = 0.0
-        for indices in sampler.batches(0):
-            batch = self._collate(split.pairs(indices))
-            with self._autocast():
-                logits = self.model(batch.src, batch.tgt_in)
-            sums = label_smoothed_loss(
-                logits, batch.tgt_out, self.config.train.label_smoothing, self.vocab.pad
+        rng = self.processes.gather(_rng_state())  # every process takes part
+        if self.processes.is_main:
+            record = {
+                "kind": "valid",
+                "step": self.progress.step,
+                **dev_loss(self.model, self.data, self.config, self.device, self._autocast),
+            }
+            if self.config.train.valid_bleu:
+                record["bleu"] = dev_bleu(self.model, self.data, self.config, self.device)
+            self._log(record)
+            score = record.get("bleu", -record["loss"])
+            self.store.save(self._state(rng), self.progress.step, score, higher_is_better=True)
+            plot_learning_curve(self.log_path, self.run_dir / "curve.png")
+            logger.info(
+                "step %d: %s",
+                self.progress.step,
+                ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "kind"),
             )
-            loss, nll, n_tokens = (
-                loss + sums.loss.item(),
-                nll + sums.nll.item(),
-                n_tokens + sums.n_tokens,
-            )
-        return {"loss": loss / n_tokens, "nll": nll / n_tokens, "ppl": math.exp(nll / n_tokens)}
+        self.processes.barrier()
 
-    def _dev_bleu(self) -> float:
-        split, text = self.data.split("dev"), self.data.text("dev")
-        sources = [split.pair(i)[0].tolist() for i in range(len(split))]
-        decode = replace(self.config.decode, beam_size=self.config.train.valid_beam, n_best=1)
-        hypotheses = decode_ids(self.model, self.vocab, sources, decode, self.device)
-        outputs = self.vocab.decode([h[0].tokens for h in hypotheses])
-        references = [text.tgt[i] for i in split.index]
-        # Pre-tokenized data is scored as published results on it are: lowercased, tokenized.
-        tokenized = self.data.meta.get("description", {}).get("variant") == "tok"
-        return bleu(outputs, references, lowercase_tokenized=tokenized).score
-
-    def _state(self) -> dict:
-        rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
+    def _state(self, rng: list) -> dict:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "step": self.progress.step,
             "progress": vars(self.progress).copy(),
-            "rng": rng,
+            "rng": rng,  # one per process
             "config": self.config.to_json(),
         }
 
     def _log(self, record: dict) -> None:
+        if not self.processes.is_main:
+            return
         record.setdefault("step", self.progress.step)
         record["elapsed"] = round(self.progress.elapsed, 2)
         with self.log_path.open("a") as log:
@@ -329,10 +346,12 @@ class Trainer:
 
     def _average(self) -> Path:
         """Average the last `train.average_last` checkpoints (s6.1) into `average.pt`."""
-        paths = self.store.last_paths(self.config.train.average_last)
         out = self.run_dir / AVERAGE_FILE
-        save(average(paths), out)
-        logger.info("averaged %d checkpoints into %s", len(paths), out)
+        if self.processes.is_main:
+            paths = self.store.last_paths(self.config.train.average_last)
+            save(average(paths), out)
+            logger.info("averaged %d checkpoints into %s", len(paths), out)
+        self.processes.barrier()
         return out
 
 
@@ -367,6 +386,48 @@ class _Window:
             "tgt_tokens_per_s": round(self.tokens_per_second(), 1),
             "updates": self.updates,
         }
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+class _explain_out_of_memory:
+    """Turn a GPU out-of-memory error into one that names the settings to change."""
+
+    def __init__(self, config: Config):
+        self.config = config
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if kind is not None and issubclass(kind, torch.cuda.OutOfMemoryError):
+            data, train = self.config.data, self.config.train
+            raise TrainingError(
+                f"out of GPU memory with data.max_tokens={data.max_tokens}: lower it and raise "
+                f"train.accumulate (now {train.accumulate}) to keep the batch per update"
+            ) from error
+        return False
+
+
+def _check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
+    """On resume only when to stop may change; without resume the folder must hold no run."""
+    saved = run_dir / "config.json"
+    if resume and saved.exists():
+        previous = Config.load(saved)
+        limits = ("max_steps", "max_epochs", "max_minutes")
+        same = replace(previous.train, **{k: getattr(config.train, k) for k in limits})
+        if replace(previous, train=same) != config:
+            raise TrainingError(
+                f"{saved}: --resume with a different configuration; only train.max_steps, "
+                "max_epochs and max_minutes may change"
+            )
+    elif not resume and (run_dir / "checkpoints").exists():
+        raise TrainingError(f"{run_dir} already holds a run: pass --resume or a new --out")
 
 
 def _check_writable(run_dir: Path) -> None:

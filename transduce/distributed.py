@@ -1,0 +1,79 @@
+"""Data-parallel training across processes (the paper's 8 devices), with PyTorch's own engine.
+
+`torchrun --nproc_per_node K -m transduce train ...` starts K processes; each reads its rank from
+the environment, takes every K-th batch, and DistributedDataParallel sums their gradients. One
+update then sees the same batches as a single process with K times the accumulation.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Processes:
+    """This process's place among the training processes."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Only the main process validates, logs and writes checkpoints."""
+        return self.rank == 0
+
+    @property
+    def parallel(self) -> bool:
+        return self.world > 1
+
+    def sum(self, values: list[float]) -> list[float]:
+        """The sum over processes of each value (identity for one process)."""
+        if not self.parallel:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64, device=_collective_device())
+        dist.all_reduce(tensor)
+        return tensor.tolist()
+
+    def any(self, flag: bool) -> bool:
+        """True everywhere when it is true in some process: to stop all processes together."""
+        return bool(self.sum([float(flag)])[0] > 0)
+
+    def gather(self, value: object) -> list[object]:
+        """Each process's `value`, indexed by rank."""
+        if not self.parallel:
+            return [value]
+        values: list[object] = [None] * self.world
+        dist.all_gather_object(values, value)
+        return values
+
+    def barrier(self) -> None:
+        if self.parallel:
+            dist.barrier()
+
+
+def start(device_type: str) -> Processes:
+    """Join the process group torchrun describes in the environment; one process without it."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Processes()
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        # NCCL between GPUs; gloo between CPU processes.
+        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    return Processes(rank, world, local_rank)
+
+
+def stop() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _collective_device() -> torch.device:
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -1,0 +1,56 @@
+"""Validation on the dev set: loss, per-token perplexity and BLEU (s6.1)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import replace
+
+import torch
+
+from .batching import TokenBatchSampler, collate
+from .config import Config
+from .dataset import PreparedData
+from .loss import label_smoothed_loss
+from .metrics import bleu
+from .transformer import Transformer
+from .translate import decode_ids
+
+
+@torch.no_grad()
+def dev_loss(
+    model: Transformer,
+    data: PreparedData,
+    config: Config,
+    device: torch.device,
+    autocast: Callable[[], AbstractContextManager],
+) -> dict:
+    """Label-smoothed loss, NLL and perplexity per target token of the dev set."""
+    model.eval()
+    split, vocab = data.split("dev"), data.vocab
+    sampler = TokenBatchSampler(
+        split.src_lengths, split.tgt_lengths, max_tokens=config.data.max_tokens, shuffle=False
+    )
+    loss = nll = n_tokens = 0.0
+    for indices in sampler.batches(0):
+        batch = collate(split.pairs(indices), vocab.pad, vocab.bos, vocab.eos).to(device)
+        with autocast():
+            logits = model(batch.src, batch.tgt_in)
+        sums = label_smoothed_loss(logits, batch.tgt_out, config.train.label_smoothing, vocab.pad)
+        loss, nll = loss + sums.loss.item(), nll + sums.nll.item()
+        n_tokens += sums.n_tokens
+    return {"loss": loss / n_tokens, "nll": nll / n_tokens, "ppl": math.exp(nll / n_tokens)}
+
+
+def dev_bleu(model: Transformer, data: PreparedData, config: Config, device: torch.device) -> float:
+    """BLEU of the dev set decoded with `train.valid_beam` (1: greedy, cheap)."""
+    split, text = data.split("dev"), data.text("dev")
+    sources = [split.pair(i)[0].tolist() for i in range(len(split))]
+    decode = replace(config.decode, beam_size=config.train.valid_beam, n_best=1)
+    hypotheses = decode_ids(model, data.vocab, sources, decode, device)
+    outputs = data.vocab.decode([h[0].tokens for h in hypotheses])
+    references = [text.tgt[i] for i in split.index]
+    # Pre-tokenized data is scored as results published on it are: lowercased, tokenized.
+    tokenized = data.meta.get("description", {}).get("variant") == "tok"
+    return bleu(outputs, references, lowercase_tokenized=tokenized).score
