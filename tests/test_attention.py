@@ -77,3 +77,17 @@ def test_grouped_queries_equal_copied_keys_and_values():
     copied, w_copied = attention(queries, copied_k, copied_v, need_weights=True)
     torch.testing.assert_close(grouped, copied)
     torch.testing.assert_close(w_grouped, w_copied)
+
+
+def test_grouped_queries_with_a_padding_mask_on_the_fused_path():
+    torch.manual_seed(1)
+    attention = MultiHeadAttention(d_model=8, h=2, d_k=4, d_v=4).double()
+    memory = torch.randn(2, 5, 8, dtype=torch.float64)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]
+    queries = torch.randn(6, 1, 8, dtype=torch.float64)
+    k, v = attention.project_kv(memory)
+    grouped, _ = attention(queries, k, v, mask)
+    copied, _ = attention(
+        queries, k.repeat_interleave(3, 0), v.repeat_interleave(3, 0), mask.repeat_interleave(3, 0)
+    )
+    torch.testing.assert_close(grouped, copied)

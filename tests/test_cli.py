@@ -13,10 +13,18 @@ from transduce.transformer import Transformer, count_parameters
 from .conftest import reverse_task_files, write_lines
 
 TOY_SETTINGS = [
-    "model.n_layers=1", "model.d_model=16", "model.d_ff=32", "model.h=2", "model.d_k=8",
-    "model.d_v=8", "data.max_tokens=300", "train.valid_every=5", "train.log_every=5",
-    "train.keep_last=2", "train.average_last=2",
-]  # fmt: skip
+    "model.n_layers=1",
+    "model.d_model=16",
+    "model.d_ff=32",
+    "model.h=2",
+    "model.d_k=8",
+    "model.d_v=8",
+    "data.max_tokens=300",
+    "train.valid_every=5",
+    "train.log_every=5",
+    "train.keep_last=2",
+    "train.average_last=2",
+]
 
 
 def run(*argv, stdin: bytes | None = None, monkeypatch=None):
@@ -31,19 +39,56 @@ def toy_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cli")
     splits = reverse_task_files(folder, n_train=200)
     (train_src, train_tgt), (dev_src, dev_tgt) = splits["train"], splits["dev"]
-    run("prepare", "files", "--src", "xx", "--tgt", "yy", "--train-src", train_src,
-        "--train-tgt", train_tgt, "--dev-src", dev_src, "--dev-tgt", dev_tgt,
-        "--vocab-size", 16, "--out", folder / "data")  # fmt: skip
-    run("train", "--data", folder / "data", "--preset", "tiny", "--out", folder / "run",
-        "--max-steps", 10, "--set", *TOY_SETTINGS)  # fmt: skip
+    run(
+        "prepare",
+        "files",
+        "--src",
+        "xx",
+        "--tgt",
+        "yy",
+        "--train-src",
+        train_src,
+        "--train-tgt",
+        train_tgt,
+        "--dev-src",
+        dev_src,
+        "--dev-tgt",
+        dev_tgt,
+        "--vocab-size",
+        16,
+        "--out",
+        folder / "data",
+    )
+    run(
+        "train",
+        "--data",
+        folder / "data",
+        "--preset",
+        "tiny",
+        "--out",
+        folder / "run",
+        "--max-steps",
+        10,
+        "--set",
+        *TOY_SETTINGS,
+    )
     return folder
 
 
 def test_translate_then_evaluate(toy_run, capsys):
     lines = ["a b c", "", "h g"]
     source = write_lines(toy_run / "in.txt", lines)
-    run("translate", "--model", toy_run / "run", "--input", source, "--output",
-        toy_run / "out.txt", "--beam", 2)  # fmt: skip
+    run(
+        "translate",
+        "--model",
+        toy_run / "run",
+        "--input",
+        source,
+        "--output",
+        toy_run / "out.txt",
+        "--beam",
+        2,
+    )
     outputs = (toy_run / "out.txt").read_text().splitlines()
     assert len(outputs) == 3 and outputs[1] == ""  # one line out per line in; empty stays empty
     refs = write_lines(toy_run / "refs.txt", ["a dog runs on the grass .", "two men talk ."])
@@ -53,8 +98,17 @@ def test_translate_then_evaluate(toy_run, capsys):
 
 
 def test_n_best_lists_each_line_in_order(toy_run, capsys, monkeypatch):
-    run("translate", "--model", toy_run / "run", "--beam", 3, "--n-best", 3,
-        stdin=b"a b\nc d\n", monkeypatch=monkeypatch)  # fmt: skip
+    run(
+        "translate",
+        "--model",
+        toy_run / "run",
+        "--beam",
+        3,
+        "--n-best",
+        3,
+        stdin=b"a b\nc d\n",
+        monkeypatch=monkeypatch,
+    )
     rows = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
     assert [int(r[0]) for r in rows] == [0, 0, 0, 1, 1, 1]
     scores = [float(r[2]) for r in rows[:3]]
@@ -63,8 +117,13 @@ def test_n_best_lists_each_line_in_order(toy_run, capsys, monkeypatch):
 
 def test_invalid_utf8_input_names_the_line(toy_run, monkeypatch):
     with pytest.raises(SystemExit, match=r"line 2: invalid UTF-8"):
-        run("translate", "--model", toy_run / "run", stdin=b"a b\n\xff\xfe c\n",
-            monkeypatch=monkeypatch)  # fmt: skip
+        run(
+            "translate",
+            "--model",
+            toy_run / "run",
+            stdin=b"a b\n\xff\xfe c\n",
+            monkeypatch=monkeypatch,
+        )
 
 
 def test_a_corrupt_checkpoint_names_the_file(toy_run, tmp_path):
@@ -76,8 +135,15 @@ def test_a_corrupt_checkpoint_names_the_file(toy_run, tmp_path):
 
 def test_average_writes_a_loadable_model(toy_run, tmp_path, capsys, monkeypatch):
     run("average", "--model", toy_run / "run", "--last", 2, "--out", tmp_path / "avg.pt")
-    run("translate", "--model", toy_run / "run", "--checkpoint", tmp_path / "avg.pt",
-        stdin=b"a b c\n", monkeypatch=monkeypatch)  # fmt: skip
+    run(
+        "translate",
+        "--model",
+        toy_run / "run",
+        "--checkpoint",
+        tmp_path / "avg.pt",
+        stdin=b"a b c\n",
+        monkeypatch=monkeypatch,
+    )
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
@@ -85,16 +151,33 @@ def test_mismatched_parallel_files_name_both(tmp_path):
     src = write_lines(tmp_path / "a.src", ["x", "y", "z"])
     tgt = write_lines(tmp_path / "a.tgt", ["x", "y"])
     with pytest.raises(SystemExit, match=r"a\.src.*a\.tgt|a\.tgt.*a\.src"):
-        run("prepare", "files", "--src", "xx", "--tgt", "yy", "--train-src", src, "--train-tgt",
-            tgt, "--dev-src", src, "--dev-tgt", tgt, "--out", tmp_path / "data")  # fmt: skip
+        run(
+            "prepare",
+            "files",
+            "--src",
+            "xx",
+            "--tgt",
+            "yy",
+            "--train-src",
+            src,
+            "--train-tgt",
+            tgt,
+            "--dev-src",
+            src,
+            "--dev-tgt",
+            tgt,
+            "--out",
+            tmp_path / "data",
+        )
     with pytest.raises(SystemExit, match=r"3 .* 2|2 .* 3"):
         run("evaluate", "--hyp", src, "--ref", tgt)
 
 
 def test_bad_settings_are_named(toy_run):
     with pytest.raises(SystemExit, match=r"train\.nonsense"):
-        run("train", "--data", toy_run / "data", "--out", toy_run / "x", "--set",
-            "train.nonsense=1")  # fmt: skip
+        run(
+            "train", "--data", toy_run / "data", "--out", toy_run / "x", "--set", "train.nonsense=1"
+        )
     with pytest.raises(SystemExit, match="unknown preset"):
         run("train", "--data", toy_run / "data", "--out", toy_run / "x", "--preset", "huge")
 
@@ -110,11 +193,46 @@ def test_params_prints_the_count_on_its_last_line(capsys):
 @pytest.mark.realdata
 def test_the_pipeline_on_real_multi30k(data_dir, tmp_path):
     """prepare -> a few training steps -> translate, through the CLI, on the real corpus."""
-    run("prepare", "multi30k", "--src", "en", "--tgt", "de", "--variant", "tok", "--data-dir",
-        data_dir, "--vocab-size", 2000, "--out", tmp_path / "data")  # fmt: skip
-    run("train", "--data", tmp_path / "data", "--preset", "tiny", "--out", tmp_path / "run",
-        "--max-steps", 3, "--set", "train.valid_bleu=false", "data.max_tokens=1024")  # fmt: skip
+    run(
+        "prepare",
+        "multi30k",
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        "--variant",
+        "tok",
+        "--data-dir",
+        data_dir,
+        "--vocab-size",
+        2000,
+        "--out",
+        tmp_path / "data",
+    )
+    run(
+        "train",
+        "--data",
+        tmp_path / "data",
+        "--preset",
+        "tiny",
+        "--out",
+        tmp_path / "run",
+        "--max-steps",
+        3,
+        "--set",
+        "train.valid_bleu=false",
+        "data.max_tokens=1024",
+    )
     source = write_lines(tmp_path / "in.txt", ["a man is riding a bike .", "two dogs ."])
-    run("translate", "--model", tmp_path / "run", "--input", source, "--output",
-        tmp_path / "out.txt", "--max-len-b", 5)  # fmt: skip
+    run(
+        "translate",
+        "--model",
+        tmp_path / "run",
+        "--input",
+        source,
+        "--output",
+        tmp_path / "out.txt",
+        "--max-len-b",
+        5,
+    )
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 2

@@ -149,6 +149,6 @@ def test_hypotheses_never_exceed_the_length_limit():
 
     src = torch.tensor([[A, A, EOS], [A, EOS, PAD]])
     beams = beam_search(NeverEnds(), src, **SPECIALS, beam_size=2, max_len_a=1.0, max_len_b=2)
-    assert [len(h[0].tokens) for h in beams] == [4, 3]  # limit = length + 2, EOS included
+    assert [len(h[0].tokens) for h in beams] == [3, 2]  # limit = |x| + 2, EOS included
     greedy = greedy_search(NeverEnds(), src, **SPECIALS, max_len_a=1.0, max_len_b=2)
-    assert [len(t) for t in greedy] == [4, 3]
+    assert [len(t) for t in greedy] == [3, 2]

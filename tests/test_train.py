@@ -9,6 +9,7 @@ from transduce.checkpoint import CheckpointStore, load
 from transduce.config import override, tiny
 from transduce.corpus import LengthFilter
 from transduce.dataset import PreparedData, prepare
+from transduce.runlog import read_log
 from transduce.train import Trainer, TrainingError, train
 from transduce.translate import Translator
 
@@ -41,8 +42,13 @@ def toy_config(**changes):
 def toy_data(tmp_path_factory):
     folder = tmp_path_factory.mktemp("toy")
     splits = reverse_task_files(folder)
-    data = prepare(splits, folder / "prepared", vocab_size=16, length_filter=LengthFilter(),
-                   description={"corpus": "toy"})  # fmt: skip
+    data = prepare(
+        splits,
+        folder / "prepared",
+        vocab_size=16,
+        length_filter=LengthFilter(),
+        description={"corpus": "toy"},
+    )
     return data.path
 
 
@@ -65,8 +71,9 @@ def test_a_tiny_model_learns_to_reverse(toy_data, tmp_path):
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(toy_data, tmp_path):
     config = toy_config(**{"model.dropout": 0.3})  # dropout: the random state must be restored
     _trainer(config, toy_data, tmp_path / "straight").run()
-    _trainer(toy_config(**{"model.dropout": 0.3, "train.max_steps": 20}), toy_data,
-             tmp_path / "stopped").run()  # fmt: skip
+    _trainer(
+        toy_config(**{"model.dropout": 0.3, "train.max_steps": 20}), toy_data, tmp_path / "stopped"
+    ).run()
     _trainer(config, toy_data, tmp_path / "stopped", resume=True).run()
     straight = load(CheckpointStore(tmp_path / "straight", 3).path(40))
     resumed = load(CheckpointStore(tmp_path / "stopped", 3).path(40))
@@ -116,8 +123,9 @@ def test_a_non_finite_loss_skips_the_update(toy_data, tmp_path, monkeypatch):
         return sums
 
     monkeypatch.setattr(train_module, "label_smoothed_loss", sometimes_nan)
-    trainer = _trainer(toy_config(**{"train.max_steps": 5, "train.valid_every": 100}), toy_data,
-                       tmp_path / "run")  # fmt: skip
+    trainer = _trainer(
+        toy_config(**{"train.max_steps": 5, "train.valid_every": 100}), toy_data, tmp_path / "run"
+    )
     trainer.run()
     assert trainer.progress.bad_steps == 1
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
@@ -137,3 +145,61 @@ def test_a_run_that_keeps_diverging_stops_with_a_clear_message(toy_data, tmp_pat
     trainer = _trainer(toy_config(**{"train.valid_every": 100}), toy_data, tmp_path / "run")
     with pytest.raises(TrainingError, match="non-finite losses in a row"):
         trainer.run()
+
+
+def test_no_batch_that_fits_is_an_error_not_a_hang(toy_data, tmp_path):
+    with pytest.raises(TrainingError, match=r"no training batch.*data\.max_tokens"):
+        _trainer(toy_config(**{"data.max_tokens": 2}), toy_data, tmp_path / "run")
+
+
+def test_resuming_a_finished_run_trains_no_further(toy_data, tmp_path):
+    _trainer(toy_config(**{"train.max_steps": 20}), toy_data, tmp_path / "run").run()
+    before = CheckpointStore(tmp_path / "run", 3).steps()
+    resumed = _trainer(toy_config(**{"train.max_steps": 20}), toy_data, tmp_path / "run", True)
+    resumed.run()
+    assert resumed.progress.step == 20
+    assert CheckpointStore(tmp_path / "run", 3).steps() == before
+    epochs = toy_config(**{"train.max_steps": 10**6, "train.max_epochs": 1})
+    _trainer(epochs, toy_data, tmp_path / "epochs").run()
+    again = _trainer(epochs, toy_data, tmp_path / "epochs", resume=True)
+    step = again.progress.step
+    again.run()
+    assert again.progress.step == step  # not one more epoch
+
+
+def test_accumulating_two_batches_equals_one_merged_batch(toy_data, tmp_path):
+    config = toy_config(**{"train.accumulate": 2})
+    first = _trainer(config, toy_data, tmp_path / "a")
+    second = _trainer(config, toy_data, tmp_path / "b")
+    for trainer in (first, second):  # keep the gradients: compare them, not Adam's steps
+        trainer.optimizer.step = trainer.optimizer.zero_grad = lambda *args, **kwargs: None
+    a, b = first.sampler.batches(0)[:2]
+    first._update([a, b])
+    second._update([a + b])  # one batch, more padding: the same tokens and the same loss
+    pairs = zip(first.model.named_parameters(), second.model.parameters(), strict=True)
+    for (name, p), q in pairs:
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_dev_loss_scores_pairs_longer_than_the_batch_budget(toy_data):
+    from transduce.validation import dev_loss
+
+    data = PreparedData.load(toy_data)
+    model = _trainer(toy_config(), toy_data, toy_data.parent / "dev-run").model
+    small = toy_config(**{"data.max_tokens": 4})
+    large = toy_config()
+    cpu = torch.device("cpu")
+    from contextlib import nullcontext
+
+    assert dev_loss(model, data, small, cpu, nullcontext) == pytest.approx(
+        dev_loss(model, data, large, cpu, nullcontext)
+    )
+
+
+def test_a_fresh_run_starts_a_fresh_log(toy_data, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "log.jsonl").write_text('{"kind": "train", "step": 999, "loss": 1}\n')
+    _trainer(toy_config(**{"train.max_steps": 10}), toy_data, run_dir).run()
+    steps = [r["step"] for r in read_log(run_dir / "log.jsonl")]
+    assert 999 not in steps and steps == sorted(steps)

@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from . import __version__
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     from .checkpoint import CheckpointError
     from .config import ConfigError
     from .corpus import DataError
+    from .runlog import RunFolderError
     from .train import TrainingError
 
     try:
@@ -35,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
         ConfigError,
         DataError,
         TrainingError,
+        RunFolderError,
         CheckpointError,
         FileNotFoundError,
         ValueError,
@@ -239,13 +242,12 @@ def _add_translate(verbs) -> None:
     p.add_argument(
         "--checkpoint", type=Path, help="a checkpoint file (default: average.pt, else the newest)"
     )
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--alpha", type=float, default=0.6, help="length penalty")
-    p.add_argument(
-        "--n-best", type=int, default=1, help="print the n best as 'line ||| text ||| score'"
-    )
-    p.add_argument("--max-len-b", type=int, default=50, help="output length <= input + this")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    # Unset flags keep the run's own decode settings (the paper's: beam 4, alpha 0.6, +50).
+    p.add_argument("--beam", type=int, help="beam size; 1 is greedy search")
+    p.add_argument("--alpha", type=float, help="length penalty")
+    p.add_argument("--n-best", type=int, help="print the n best as 'line ||| text ||| score'")
+    p.add_argument("--max-len-b", type=int, help="output length <= input + this")
+    p.add_argument("--batch-size", type=int, help="sentences per batch")
     p.add_argument("--input", type=Path)
     p.add_argument("--output", type=Path)
     p.add_argument("--device")
@@ -258,15 +260,16 @@ def _translate(args) -> None:
 
     translator = Translator.load(args.model, args.checkpoint, args.device)  # bad model: fail first
     lines = read_lines(args.input) if args.input else _stdin_lines()
-    results = translator.translate(
-        lines,
-        beam_size=args.beam,
-        alpha=args.alpha,
-        n_best=args.n_best,
-        max_len_b=args.max_len_b,
-        batch_size=args.batch_size,
-    )
-    if args.n_best == 1:
+    given = {
+        "beam_size": args.beam,
+        "alpha": args.alpha,
+        "n_best": args.n_best,
+        "max_len_b": args.max_len_b,
+        "batch_size": args.batch_size,
+    }
+    decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
+    results = translator.translate(lines, decode)
+    if decode.n_best == 1:
         text = "".join(hyps[0][0] + "\n" for hyps in results)
     else:
         text = "".join(

@@ -38,9 +38,13 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def max_lengths(src: Tensor, pad: int, a: float, b: int) -> Tensor:
-    """(B,) the most tokens (EOS included) each hypothesis may have: a * source length + b."""
-    return (a * (src != pad).sum(dim=1) + b).long()
+def max_lengths(src: Tensor, pad: int, a: float, b: int, cap: int | None = None) -> Tensor:
+    """(B,) the most tokens (EOS included) each hypothesis may have: a * |x| + b, at most `cap`.
+
+    |x| is the source length without its EOS: the paper's "input length + 50".
+    """
+    limit = (a * ((src != pad).sum(dim=1) - 1).clamp(min=0) + b).long()
+    return limit if cap is None else limit.clamp(max=cap)
 
 
 def _next_token_log_probs(
@@ -68,9 +72,10 @@ def greedy_search(
     pad: int,
     max_len_a: float = 1.0,
     max_len_b: int = 50,
+    max_len: int | None = None,
 ) -> list[list[int]]:
     """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS."""
-    limit = max_lengths(src, pad, max_len_a, max_len_b)
+    limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     cache = model.init_cache(model.encode(src), 1)
     rows = torch.arange(src.size(0), device=src.device)  # the sentence of each live row
     history = torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
@@ -105,6 +110,7 @@ def beam_search(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     n_best: int = 1,
+    max_len: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; src (B, S) -> for each sentence its n_best hypotheses, best first.
 
@@ -113,7 +119,7 @@ def beam_search(
     when it has k ended hypotheses or reaches its length limit, and leaves the batch.
     """
     k, device = beam_size, src.device
-    limit = max_lengths(src, pad, max_len_a, max_len_b)
+    limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     cache = model.init_cache(model.encode(src), k)
     sentences = torch.arange(src.size(0), device=device)  # the sentence of each live entry
     scores = torch.full((src.size(0), k), float("-inf"), device=device)

@@ -15,6 +15,7 @@ import math
 import random
 import shutil
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,9 +28,17 @@ from . import distributed
 from .batching import Batch, TokenBatchSampler, collate
 from .checkpoint import CheckpointStore, average, save
 from .config import Config
-from .curves import plot_learning_curve, read_log
 from .dataset import PreparedData
 from .loss import label_smoothed_loss
+from .runlog import (
+    RunFolderError,
+    Window,
+    append_log,
+    check_same_run,
+    check_writable,
+    keep_log_until,
+    plot_learning_curve,
+)
 from .runtime import pick_device
 from .schedule import learning_rate, make_optimizer, set_learning_rate
 from .transformer import Transformer, count_parameters
@@ -116,13 +125,17 @@ class Trainer:
     def _resolve_config(self, config: Config, resume: bool) -> Config:
         """Fix the vocabulary size, check the folder, write (or on resume compare) config.json."""
         config = replace(config, model=replace(config.model, vocab_size=self.data.vocab.size))
-        if self.processes.is_main:
-            _check_writable(self.run_dir)
-            _check_same_run(self.run_dir, config, resume)
+
+        def check_and_write() -> None:
+            check_writable(self.run_dir)
+            check_same_run(self.run_dir, config, resume)
             (self.run_dir / "config.json").write_text(config.to_json())
             shutil.copyfile(self.data.path / "vocab.model", self.run_dir / "vocab.model")
             (self.run_dir / "data.json").write_text(json.dumps(self.data.meta, indent=2))
-        self.processes.barrier()
+            if not resume:
+                keep_log_until(self.run_dir / "log.jsonl", 0)
+
+        self._on_main(check_and_write)
         return config
 
     def _build_model(self):
@@ -148,29 +161,37 @@ class Trainer:
             bucket_width=self.config.data.bucket_width,
             seed=self.config.train.seed,
         )
-        return sampler.shard(self.processes.rank, self.processes.world)
+        sampler = sampler.shard(self.processes.rank, self.processes.world)
+        if sampler.num_batches(0) == 0:  # else the loop would wait forever for a batch
+            raise TrainingError(
+                f"no training batch: {sampler.n_skipped} of {len(split)} pairs exceed "
+                f"data.max_tokens={self.config.data.max_tokens}, and {self.processes.world} "
+                "process(es) need a batch each; raise data.max_tokens"
+            )
+        return sampler
 
     def _restore(self) -> None:
         state = self.store.load_latest()
         if state is None:
             logger.info("nothing to resume in %s: starting afresh", self.run_dir)
+            self._on_main(lambda: keep_log_until(self.log_path, 0))
             return
-        if state["progress"]["world"] != self.processes.world:
+        world = state["progress"].get("world", 1)
+        if world != self.processes.world:
             raise TrainingError(
-                f"{self.run_dir} was trained by {state['progress']['world']} process(es); "
-                f"resume it with as many, not {self.processes.world}"
+                f"{self.run_dir} was trained by {world} process(es); resume it with as many, "
+                f"not {self.processes.world}"
             )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.progress = Progress(**state["progress"])
-        rng = state["rng"][self.processes.rank]
+        self.progress = Progress(**{"world": 1, **state["progress"]})
+        rng = state["rng"][self.processes.rank] if isinstance(state["rng"], list) else state["rng"]
         torch.set_rng_state(rng["torch"])
         random.setstate(rng["python"])
         if torch.cuda.is_available() and "cuda" in rng:
             torch.cuda.set_rng_state_all(rng["cuda"])
-        if self.processes.is_main:  # forget what a killed session logged after its checkpoint
-            kept = [r for r in read_log(self.log_path) if r["step"] <= self.progress.step]
-            self.log_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        # Forget what a killed session logged after its checkpoint: it will be redone.
+        self._on_main(lambda: keep_log_until(self.log_path, self.progress.step))
         logger.info("resumed from step %d (epoch %d)", self.progress.step, self.progress.epoch)
 
     # --- the loop ---------------------------------------------------------------------------
@@ -185,11 +206,12 @@ class Trainer:
             dynamic_ncols=True,
         )
         session_start, elapsed_before = time.monotonic(), self.progress.elapsed
-        last_saved, window = self.progress.step, _Window()
-        for group in self._update_groups():
+        last_saved, window = self.progress.step, Window()
+        groups = iter(()) if self._should_stop() else self._update_groups()  # a finished run
+        for group in groups:
             stats = self._update(group)
             self.progress.elapsed = elapsed_before + time.monotonic() - session_start
-            window.add(stats)
+            window.add(stats["loss"], stats["nll"], stats["tgt_tokens"])
             bar.update(1)
             bar.set_postfix(
                 loss=f"{stats['loss']:.3f}",
@@ -198,7 +220,7 @@ class Trainer:
             )
             if self.progress.step % train.log_every == 0:
                 self._log({"kind": "train", **window.summary(), "lr": stats["lr"]})
-                window = _Window()
+                window = Window()
             if self.progress.step % train.valid_every == 0:
                 self._validate_and_save()
                 last_saved = self.progress.step
@@ -213,7 +235,8 @@ class Trainer:
     def _update_groups(self):
         """Groups of `accumulate` batches, epoch after epoch, from where the run stands."""
         group: list[list[int]] = []
-        while True:
+        max_epochs = self.config.train.max_epochs
+        while not (max_epochs and self.progress.epoch >= max_epochs):
             epoch = self.progress.epoch
             for indices in self.sampler.iterate(epoch, self.progress.batch_in_epoch):
                 self.progress.batch_in_epoch += 1
@@ -222,8 +245,6 @@ class Trainer:
                     yield group
                     group = []
             self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
-            if self.config.train.max_epochs and self.progress.epoch >= self.config.train.max_epochs:
-                return
 
     def _update(self, group: list[list[int]]) -> dict:
         """One optimiser step; the loss is per target token of the group, in all processes."""
@@ -307,7 +328,8 @@ class Trainer:
 
     def _validate_and_save(self) -> None:
         rng = self.processes.gather(_rng_state())  # every process takes part
-        if self.processes.is_main:
+
+        def validate_and_save() -> None:
             record = {
                 "kind": "valid",
                 "step": self.progress.step,
@@ -324,7 +346,22 @@ class Trainer:
                 self.progress.step,
                 ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "kind"),
             )
-        self.processes.barrier()
+
+        self._on_main(validate_and_save)
+
+    def _on_main(self, work: Callable[[], None]) -> None:
+        """Do `work` in the main process only; if it fails there, every process stops."""
+        error = None
+        if self.processes.is_main:
+            try:
+                work()
+            except Exception as failure:  # shared below, then raised as it was
+                error = failure
+        outcome = self.processes.gather(None if error is None else f"{error}")
+        if error is not None:
+            raise TrainingError(str(error)) if isinstance(error, RunFolderError) else error
+        if outcome[0] is not None:
+            raise TrainingError(f"the main process failed: {outcome[0]}")
 
     def _state(self, rng: list) -> dict:
         return {
@@ -341,51 +378,19 @@ class Trainer:
             return
         record.setdefault("step", self.progress.step)
         record["elapsed"] = round(self.progress.elapsed, 2)
-        with self.log_path.open("a") as log:
-            log.write(json.dumps(record) + "\n")
+        append_log(self.log_path, record)
 
     def _average(self) -> Path:
         """Average the last `train.average_last` checkpoints (s6.1) into `average.pt`."""
         out = self.run_dir / AVERAGE_FILE
-        if self.processes.is_main:
+
+        def write_average() -> None:
             paths = self.store.last_paths(self.config.train.average_last)
             save(average(paths), out)
             logger.info("averaged %d checkpoints into %s", len(paths), out)
-        self.processes.barrier()
+
+        self._on_main(write_average)
         return out
-
-
-class _Window:
-    """Loss and throughput over the updates since the last log line."""
-
-    def __init__(self) -> None:
-        self.loss = self.nll = 0.0
-        self.tgt_tokens = self.src_tokens = self.updates = 0
-        self.restart_clock()
-
-    def restart_clock(self) -> None:
-        """Throughput counts from here: validation time is not training time."""
-        self.start, self.timed_tokens = time.monotonic(), 0
-
-    def add(self, stats: dict) -> None:
-        self.loss += stats["loss"] * stats["tgt_tokens"]
-        self.nll += stats["nll"] * stats["tgt_tokens"]
-        self.tgt_tokens += stats["tgt_tokens"]
-        self.timed_tokens += stats["tgt_tokens"]
-        self.src_tokens += stats["src_tokens"]
-        self.updates += 1
-
-    def tokens_per_second(self) -> float:
-        return self.timed_tokens / max(time.monotonic() - self.start, 1e-9)
-
-    def summary(self) -> dict:
-        n = max(self.tgt_tokens, 1)
-        return {
-            "loss": self.loss / n,
-            "nll": self.nll / n,
-            "tgt_tokens_per_s": round(self.tokens_per_second(), 1),
-            "updates": self.updates,
-        }
 
 
 def _rng_state() -> dict:
@@ -412,33 +417,3 @@ class _explain_out_of_memory:
                 f"train.accumulate (now {train.accumulate}) to keep the batch per update"
             ) from error
         return False
-
-
-def _check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
-    """On resume only when to stop may change; without resume the folder must hold no run."""
-    saved = run_dir / "config.json"
-    if resume and saved.exists():
-        previous = Config.load(saved)
-        limits = ("max_steps", "max_epochs", "max_minutes")
-        same = replace(previous.train, **{k: getattr(config.train, k) for k in limits})
-        if replace(previous, train=same) != config:
-            raise TrainingError(
-                f"{saved}: --resume with a different configuration; only train.max_steps, "
-                "max_epochs and max_minutes may change"
-            )
-    elif not resume and (run_dir / "checkpoints").exists():
-        raise TrainingError(f"{run_dir} already holds a run: pass --resume or a new --out")
-
-
-def _check_writable(run_dir: Path) -> None:
-    """Refuse before training, not after an hour, when checkpoints could not be written."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
-        probe.write_bytes(b"x" * 1024)
-        probe.unlink()
-    except OSError as error:
-        raise TrainingError(f"cannot write to the run folder {run_dir}: {error}") from error
-    free = shutil.disk_usage(run_dir).free
-    if free < 100 * 2**20:
-        raise TrainingError(f"{run_dir}: only {free // 2**20} MiB free; checkpoints need more")

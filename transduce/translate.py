@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -32,6 +31,8 @@ def decode_ids(
 ) -> list[list[Hypothesis]]:
     """Beam search over id sequences (without EOS), batched by length; results in input order."""
     model.eval()
+    # Learned positions end at max_positions: no hypothesis may outgrow the table.
+    cap = model.config.max_positions if model.config.positions == "learned" else None
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     for start in range(0, len(order), decode.batch_size):
@@ -48,6 +49,7 @@ def decode_ids(
             max_len_a=decode.max_len_a,
             max_len_b=decode.max_len_b,
             n_best=decode.n_best,
+            max_len=cap,
         )
         for i, hyps in zip(chunk, hypotheses, strict=True):
             results[i] = hyps
@@ -79,10 +81,13 @@ class Translator:
         return cls(model.to(target), vocab, config.decode, target)
 
     def translate(
-        self, lines: list[str], **decode_changes: object
+        self, lines: list[str], decode: DecodeConfig | None = None
     ) -> list[list[tuple[str, float]]]:
-        """For each line its n-best (text, score) pairs; an empty line translates to ''."""
-        decode = replace(self.decode, **decode_changes)
+        """For each line its n-best (text, score) pairs; an empty line translates to ''.
+
+        `decode` replaces the run's own decoding settings (config.json's `decode`).
+        """
+        decode = decode or self.decode
         sources = self.vocab.encode([line.strip() for line in lines])
         self._check_lengths(sources)
         todo = [i for i, line in enumerate(lines) if line.strip()]

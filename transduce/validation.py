@@ -29,8 +29,11 @@ def dev_loss(
     """Label-smoothed loss, NLL and perplexity per target token of the dev set."""
     model.eval()
     split, vocab = data.split("dev"), data.vocab
+    # Every dev pair is scored, the longest too: the budget grows to fit it.
+    longest = int(max(split.src_lengths.max(), split.tgt_lengths.max())) + 1
+    budget = max(config.data.max_tokens, longest)
     sampler = TokenBatchSampler(
-        split.src_lengths, split.tgt_lengths, max_tokens=config.data.max_tokens, shuffle=False
+        split.src_lengths, split.tgt_lengths, max_tokens=budget, shuffle=False
     )
     loss = nll = n_tokens = 0.0
     for indices in sampler.batches(0):
@@ -40,6 +43,8 @@ def dev_loss(
         sums = label_smoothed_loss(logits, batch.tgt_out, config.train.label_smoothing, vocab.pad)
         loss, nll = loss + sums.loss.item(), nll + sums.nll.item()
         n_tokens += sums.n_tokens
+    if n_tokens == 0:
+        raise ValueError(f"{data.path}: the dev split has no target tokens to score")
     return {"loss": loss / n_tokens, "nll": nll / n_tokens, "ppl": math.exp(nll / n_tokens)}
 
 

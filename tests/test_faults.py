@@ -1,0 +1,174 @@
+"""Scale-out and faults: two processes equal one, and a killed run resumes to the same end."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from transduce.checkpoint import CheckpointStore, load
+from transduce.config import Config
+from transduce.corpus import LengthFilter
+from transduce.dataset import prepare
+from transduce.transformer import Transformer
+
+from .conftest import reverse_task_files
+
+TOY = [
+    "model.n_layers=1",
+    "model.d_model=16",
+    "model.d_ff=32",
+    "model.h=2",
+    "model.d_k=8",
+    "model.d_v=8",
+    "data.max_tokens=300",
+    "train.warmup_steps=20",
+    "train.lr_scale=0.5",
+    "train.log_every=2",
+    "train.keep_last=3",
+    "train.average_last=2",
+    "train.valid_bleu=false",
+    "train.threads=1",
+]
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("faults")
+    data = prepare(
+        reverse_task_files(folder, n_train=1000),
+        folder / "prepared",
+        vocab_size=16,
+        length_filter=LengthFilter(),
+        description={"corpus": "toy"},
+    )
+    return data.path
+
+
+def _train_command(data: Path, out: Path, *settings: str, launcher=()) -> list[str]:
+    return [
+        *(launcher or [sys.executable, "-m"]),
+        "transduce",
+        "-q",
+        "train",
+        "--data",
+        str(data),
+        "--preset",
+        "tiny",
+        "--out",
+        str(out),
+        "--set",
+        *TOY,
+        *settings,
+    ]
+
+
+def _model(run: Path, step: int) -> dict:
+    return load(CheckpointStore(run, 3).path(step))["model"]
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_process_with_twice_the_accumulation(toy_data, tmp_path):
+    settings = ["train.max_steps=4", "train.valid_every=4", "model.dropout=0"]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+    ]
+    subprocess.run(
+        _train_command(
+            toy_data, tmp_path / "two", *settings, "train.accumulate=1", launcher=torchrun
+        ),
+        check=True,
+        timeout=300,
+    )
+    subprocess.run(
+        _train_command(toy_data, tmp_path / "one", *settings, "train.accumulate=2"),
+        check=True,
+        timeout=300,
+    )
+    two, one = _model(tmp_path / "two", 4), _model(tmp_path / "one", 4)
+    for name, tensor in one.items():
+        # Sums of the same gradients in another order: equal to float tolerance, not bitwise.
+        torch.testing.assert_close(two[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+    # and both trained: the models are not the initial one they share
+    state = load(CheckpointStore(tmp_path / "one", 3).path(4))
+    torch.manual_seed(Config.from_dict(json.loads(state["config"])).train.seed)
+    initial = Transformer(Config.from_dict(json.loads(state["config"])).model).state_dict()
+    assert not torch.allclose(
+        initial["decoder_layers.0.ffn.w_1.weight"],
+        one["decoder_layers.0.ffn.w_1.weight"],
+        atol=1e-4,
+    )
+    assert load(CheckpointStore(tmp_path / "two", 3).path(4))["progress"]["world"] == 2
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_ends_bitwise_where_an_uninterrupted_run_does(toy_data, tmp_path):
+    settings = ["train.max_steps=30", "train.valid_every=5", "model.dropout=0.3"]
+    subprocess.run(
+        _train_command(toy_data, tmp_path / "straight", *settings), check=True, timeout=300
+    )
+    killed = tmp_path / "killed"
+    for kill_after in (10, 20):  # twice: each kill lands wherever the run happens to be
+        process = subprocess.Popen(
+            _train_command(toy_data, killed, *settings) + (["--resume"] if kill_after > 10 else [])
+        )
+        _wait_for(killed / "checkpoints" / f"step_{kill_after:08d}.pt", process)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    subprocess.run(
+        [*_train_command(toy_data, killed, *settings), "--resume"], check=True, timeout=300
+    )
+    straight, resumed = _model(tmp_path / "straight", 30), _model(killed, 30)
+    for name, tensor in straight.items():
+        assert torch.equal(tensor, resumed[name]), name
+    assert CheckpointStore(killed, 3).steps()[-3:] == [20, 25, 30]  # no checkpoint lost
+
+
+def test_a_death_while_writing_a_checkpoint_loses_nothing(toy_data, tmp_path, monkeypatch):
+    """The process dies inside the atomic rename of a checkpoint; --resume falls back."""
+    import transduce.checkpoint as checkpoint_module
+    from transduce.config import override, parse_assignments, tiny
+    from transduce.train import train
+
+    config = override(
+        tiny(),
+        parse_assignments([*TOY, "train.max_steps=12", "train.valid_every=4", "model.dropout=0.3"]),
+    )
+    train(config, toy_data, tmp_path / "straight", device="cpu")
+
+    real_replace, calls = os.replace, {"n": 0}
+
+    def dies_on_the_fourth_rename(src, dst):
+        calls["n"] += 1
+        if calls["n"] == 4:  # step 8's checkpoint file: steps 4 needed three (file, best, index)
+            raise KeyboardInterrupt("killed while writing")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(checkpoint_module.os, "replace", dies_on_the_fourth_rename)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, toy_data, tmp_path / "killed", device="cpu")
+    monkeypatch.setattr(checkpoint_module.os, "replace", real_replace)
+    assert CheckpointStore(tmp_path / "killed", 3).steps() == [4]
+    assert not list((tmp_path / "killed" / "checkpoints").glob("step_00000008*"))
+    train(config, toy_data, tmp_path / "killed", resume=True, device="cpu")
+    straight, resumed = _model(tmp_path / "straight", 12), _model(tmp_path / "killed", 12)
+    assert all(torch.equal(t, resumed[n]) for n, t in straight.items())
+
+
+def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, "training ended before it could be killed"
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.01)

@@ -1,0 +1,36 @@
+import json
+
+import pytest
+
+from transduce.runlog import RunFolderError, Window, keep_log_until, read_log
+
+
+def test_a_last_line_torn_by_a_kill_is_dropped(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
+    assert read_log(log) == [{"step": 1}, {"step": 2}]
+
+
+def test_a_broken_line_inside_the_log_is_an_error_naming_it(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1}\nnonsense\n{"step": 3}\n')
+    with pytest.raises(RunFolderError, match=r"log\.jsonl line 2"):
+        read_log(log)
+
+
+def test_keep_log_until_forgets_later_records(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"step": s}) + "\n" for s in (5, 10, 15)))
+    keep_log_until(log, 10)
+    assert [r["step"] for r in read_log(log)] == [5, 10]
+    keep_log_until(log, 0)
+    assert read_log(log) == []
+
+
+def test_window_averages_loss_per_token():
+    window = Window()
+    window.add(loss=2.0, nll=1.0, tgt_tokens=10)
+    window.add(loss=4.0, nll=3.0, tgt_tokens=30)
+    summary = window.summary()
+    assert summary["loss"] == pytest.approx(3.5) and summary["nll"] == pytest.approx(2.5)
+    assert summary["updates"] == 2

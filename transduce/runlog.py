@@ -1,0 +1,143 @@
+"""A run's folder: the checks before training, the JSON-lines log, throughput, the curve plot."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .config import Config
+
+logger = logging.getLogger(__name__)
+
+
+class RunFolderError(RuntimeError):
+    """The run folder cannot be used; the message says why."""
+
+
+def check_writable(run_dir: Path) -> None:
+    """Refuse before training, not after an hour, when checkpoints could not be written."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_bytes(b"x" * 1024)
+        probe.unlink()
+    except OSError as error:
+        raise RunFolderError(f"cannot write to the run folder {run_dir}: {error}") from error
+    free = shutil.disk_usage(run_dir).free
+    if free < 100 * 2**20:
+        raise RunFolderError(f"{run_dir}: only {free // 2**20} MiB free; checkpoints need more")
+
+
+def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
+    """On resume only when to stop may change; without resume the folder must hold no run."""
+    saved = run_dir / "config.json"
+    if resume and saved.exists():
+        previous = Config.load(saved)
+        limits = ("max_steps", "max_epochs", "max_minutes")
+        same = replace(previous.train, **{k: getattr(config.train, k) for k in limits})
+        if replace(previous, train=same) != config:
+            raise RunFolderError(
+                f"{saved}: --resume with a different configuration; only train.max_steps, "
+                "max_epochs and max_minutes may change"
+            )
+    elif not resume and (run_dir / "checkpoints").exists():
+        raise RunFolderError(f"{run_dir} already holds a run: pass --resume or a new --out")
+
+
+def read_log(path: Path) -> list[dict]:
+    """The records of a log; a last line torn by a kill is dropped with a warning."""
+    if not path.exists():
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise RunFolderError(f"{path} line {number}: not a JSON record") from None
+            logger.warning("%s: dropping an unfinished last line", path)
+    return records
+
+
+def keep_log_until(path: Path, step: int) -> None:
+    """Forget records past `step`: a resumed run redoes them. Step 0 empties the log."""
+    kept = [record for record in read_log(path) if record["step"] <= step]
+    path.write_text("".join(json.dumps(record) + "\n" for record in kept))
+
+
+def append_log(path: Path, record: dict) -> None:
+    with path.open("a") as log:
+        log.write(json.dumps(record) + "\n")
+
+
+class Window:
+    """Loss and throughput over the updates since the last log line."""
+
+    def __init__(self) -> None:
+        self.loss = self.nll = 0.0
+        self.tgt_tokens = self.updates = 0
+        self.restart_clock()
+
+    def restart_clock(self) -> None:
+        """Throughput counts from here: validation time is not training time."""
+        self.start, self.timed_tokens = time.monotonic(), 0
+
+    def add(self, loss: float, nll: float, tgt_tokens: int) -> None:
+        self.loss += loss * tgt_tokens
+        self.nll += nll * tgt_tokens
+        self.tgt_tokens += tgt_tokens
+        self.timed_tokens += tgt_tokens
+        self.updates += 1
+
+    def tokens_per_second(self) -> float:
+        return self.timed_tokens / max(time.monotonic() - self.start, 1e-9)
+
+    def summary(self) -> dict:
+        n = max(self.tgt_tokens, 1)
+        return {
+            "loss": self.loss / n,
+            "nll": self.nll / n,
+            "tgt_tokens_per_s": round(self.tokens_per_second(), 1),
+            "updates": self.updates,
+        }
+
+
+def plot_learning_curve(log_path: Path, png_path: Path) -> None:
+    """Training and dev loss against updates, and dev BLEU on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: write the file only
+    import matplotlib.pyplot as plt
+
+    records = read_log(log_path)
+    train = [r for r in records if r["kind"] == "train"]
+    valid = [r for r in records if r["kind"] == "valid"]
+    figure, loss_axis = plt.subplots(figsize=(7, 4))
+    loss_axis.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
+    loss_axis.plot([r["step"] for r in valid], [r["loss"] for r in valid], "o-", label="dev loss")
+    loss_axis.set_xlabel("update")
+    loss_axis.set_ylabel("loss per token (label-smoothed)")
+    lines, labels = loss_axis.get_legend_handles_labels()
+    scored = [r for r in valid if "bleu" in r]
+    if scored:
+        bleu_axis = loss_axis.twinx()
+        bleu_axis.plot(
+            [r["step"] for r in scored],
+            [r["bleu"] for r in scored],
+            "s-",
+            color="C2",
+            label="dev BLEU",
+        )
+        bleu_axis.set_ylabel("BLEU")
+        more_lines, more_labels = bleu_axis.get_legend_handles_labels()
+        lines, labels = lines + more_lines, labels + more_labels
+    loss_axis.legend(lines, labels, loc="center right")
+    figure.tight_layout()
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(png_path, dpi=100)
+    plt.close(figure)
