@@ -34,7 +34,8 @@ def bleu(hypotheses: list[str], references: list[str], lowercase_tokenized: bool
     """Corpus BLEU of one reference per hypothesis."""
     _check(hypotheses, references)
     if lowercase_tokenized:
-        metric = sacrebleu.BLEU(tokenize="none", lowercase=True)
+        # force: the text is tokenized on purpose, so sacreBLEU's warning about it is moot
+        metric = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True)
     else:
         metric = sacrebleu.BLEU()
     result = metric.corpus_score(hypotheses, [references])
