@@ -65,6 +65,10 @@ class Vocab:
         clean = [[int(i) for i in seq if int(i) not in self._specials] for seq in ids]
         return self._sp.decode(clean)
 
+    def piece_ids(self, pieces: Sequence[str]) -> list[int]:
+        """The ids of subword strings, e.g. as another toolkit returns them."""
+        return [self._sp.piece_to_id(piece) for piece in pieces]
+
     def pieces(self, ids: Sequence[int]) -> list[str]:
         """The subword strings of `ids`, for attention maps and debugging."""
         return [self._sp.id_to_piece(int(i)) for i in ids]

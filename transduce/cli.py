@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     from .checkpoint import CheckpointError
     from .config import ConfigError
     from .corpus import DataError
+    from .export import ExportError
     from .runlog import RunFolderError
     from .train import TrainingError
 
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
         TrainingError,
         RunFolderError,
         CheckpointError,
+        ExportError,
         FileNotFoundError,
         ValueError,
     ) as error:
@@ -56,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for add in (
+        _add_export,
         _add_prepare,
         _add_train,
         _add_translate,
@@ -331,6 +334,36 @@ def _average(args) -> None:
         raise FileNotFoundError(f"{args.model}: no checkpoints to average")
     save(average(paths), args.out)
     logger.info("averaged %s into %s", ", ".join(p.name for p in paths), args.out)
+
+
+def _add_export(verbs) -> None:
+    p = verbs.add_parser(
+        "export",
+        help="write the model for Hugging Face or CTranslate2",
+        description="Export a run as a Hugging Face MarianMTModel folder, or "
+        "through it as a CTranslate2 model.",
+    )
+    p.add_argument("--model", type=Path, required=True, help="the run folder")
+    p.add_argument("--to", required=True, choices=["hf", "ctranslate2"])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--checkpoint", type=Path, help="default: average.pt, else the newest")
+    p.add_argument(
+        "--quantize",
+        choices=["int8", "int8_float32", "int16", "float16"],
+        help="ctranslate2 only: weight quantization",
+    )
+    p.set_defaults(run=_export)
+
+
+def _export(args) -> None:
+    from .export import export_ctranslate2, export_hf
+
+    if args.to == "hf":
+        if args.quantize:
+            raise ValueError("--quantize applies to --to ctranslate2 only")
+        export_hf(args.model, args.out, args.checkpoint)
+    else:
+        export_ctranslate2(args.model, args.out, args.checkpoint, args.quantize)
 
 
 # --- params, demo ------------------------------------------------------------------------------

@@ -1,0 +1,215 @@
+"""Export a trained run: a Hugging Face `MarianMTModel` folder, and from it CTranslate2.
+
+Marian is the paper's architecture (post-norm, scaled and tied embeddings, sinusoids) with one
+difference of layout: its positional encoding puts the sines in the first half of the d_model
+dimensions and the cosines in the second, where s3.5 interleaves them. Every layer is
+equivariant to a permutation of the d_model dimensions applied to all its weights, so permuting
+them all gives a Marian model with exactly our function.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .bpe import Vocab
+from .checkpoint import load
+from .config import Config, ModelConfig
+from .translate import default_checkpoint
+
+logger = logging.getLogger(__name__)
+
+
+class ExportError(ValueError):
+    """This model cannot be expressed in the target format; the message says why."""
+
+
+def export_hf(run_dir: Path, out: Path, checkpoint: Path | None = None) -> Path:
+    """Write `out/` with config.json, model.safetensors and Marian's tokenizer files."""
+    from transformers import MarianConfig, MarianMTModel
+
+    run_dir = Path(run_dir)
+    state = load(checkpoint or default_checkpoint(run_dir))
+    config = Config.from_dict(json.loads(state["config"])).model
+    vocab = Vocab.load(run_dir / "vocab.model")
+    _check_exportable(config)
+    model = MarianMTModel(MarianConfig(**marian_settings(config, vocab)))
+    missing, unexpected = model.load_state_dict(
+        marian_weights(state["model"], config), strict=False
+    )
+    # Marian computes its sinusoid table itself; nothing else may be left over.
+    missing = [k for k in missing if "embed_positions" not in k]
+    if missing or unexpected:
+        raise ExportError(f"weights did not map onto Marian: missing {missing}, extra {unexpected}")
+    model.generation_config.max_length = config.max_positions
+    model.save_pretrained(out)
+    _write_tokenizer_files(run_dir / "vocab.model", vocab, Path(out))
+    logger.info("exported %s to %s (Hugging Face MarianMTModel)", run_dir, out)
+    return Path(out)
+
+
+def export_ctranslate2(
+    run_dir: Path, out: Path, checkpoint: Path | None = None, quantize: str | None = None
+) -> Path:
+    """Through the Hugging Face export, CTranslate2's converter; `quantize` e.g. "int8"."""
+    import ctranslate2
+
+    with tempfile.TemporaryDirectory() as hf_dir, _our_marian_conventions():
+        export_hf(run_dir, Path(hf_dir), checkpoint)
+        converter = ctranslate2.converters.TransformersConverter(hf_dir)
+        converter.convert(str(out), quantization=quantize, force=True)
+    shutil.copyfile(Path(run_dir) / "vocab.model", Path(out) / "vocab.model")
+    logger.info("exported %s to %s (CTranslate2, %s)", run_dir, out, quantize or "float32")
+    return Path(out)
+
+
+@contextmanager
+def _our_marian_conventions():
+    """CTranslate2's Marian loader, told that our decoder starts from BOS.
+
+    Its loader assumes the Marian toolkit's conventions: the decoder starts from a zero vector
+    and <pad> is the last token, which it removes. Ours starts from the BOS embedding and keeps
+    every token, so for the length of one conversion a loader that says so takes its place.
+    """
+    from ctranslate2.converters import transformers as ct2_transformers
+
+    class Loader(ct2_transformers.MarianMTLoader):
+        def get_model_spec(self, model):
+            model.config.normalize_before = False
+            model.config.normalize_embedding = False
+            return ct2_transformers.BartLoader.get_model_spec(self, model)
+
+        def set_config(self, config, model, tokenizer):
+            ct2_transformers.BartLoader.set_config(self, config, model, tokenizer)
+            config.bos_token = tokenizer.convert_ids_to_tokens(model.config.bos_token_id)
+
+        def set_decoder(self, spec, decoder):
+            ct2_transformers.BartLoader.set_decoder(self, spec, decoder)
+
+        def get_vocabulary(self, model, tokenizer):
+            return ct2_transformers.BartLoader.get_vocabulary(self, model, tokenizer)
+
+    registry = ct2_transformers._MODEL_LOADERS
+    original = registry["MarianConfig"]
+    registry["MarianConfig"] = Loader()
+    try:
+        yield
+    finally:
+        registry["MarianConfig"] = original
+
+
+def marian_settings(config: ModelConfig, vocab: Vocab) -> dict:
+    return {
+        "vocab_size": config.vocab_size,
+        "d_model": config.d_model,
+        "encoder_layers": config.n_layers,
+        "decoder_layers": config.n_layers,
+        "encoder_attention_heads": config.h,
+        "decoder_attention_heads": config.h,
+        "encoder_ffn_dim": config.d_ff,
+        "decoder_ffn_dim": config.d_ff,
+        "activation_function": "relu",  # eq. 2
+        "scale_embedding": True,  # s3.4
+        "max_position_embeddings": config.max_positions,
+        "pad_token_id": vocab.pad,
+        "eos_token_id": vocab.eos,
+        "bos_token_id": vocab.bos,
+        "decoder_start_token_id": vocab.bos,  # our decoder starts from BOS, Marian's from pad
+        "forced_eos_token_id": vocab.eos,
+        "share_encoder_decoder_embeddings": True,
+        "tie_word_embeddings": True,
+        "dropout": 0.0,
+    }
+
+
+def marian_weights(ours: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
+    """Our state dict under Marian's names, each d_model axis permuted to Marian's layout."""
+    perm = torch.cat([torch.arange(0, config.d_model, 2), torch.arange(1, config.d_model, 2)])
+    embedding = ours["src_embed.tokens.weight"][:, perm]
+    out = {
+        "model.shared.weight": embedding,
+        "model.encoder.embed_tokens.weight": embedding,
+        "model.decoder.embed_tokens.weight": embedding,
+        "lm_head.weight": embedding,
+        "final_logits_bias": torch.zeros(1, config.vocab_size),
+    }
+    for i in range(config.n_layers):
+        ours_enc, ours_dec = f"encoder_layers.{i}", f"decoder_layers.{i}"
+        enc, dec = f"model.encoder.layers.{i}", f"model.decoder.layers.{i}"
+        out |= _attention(ours, f"{ours_enc}.self_attn", f"{enc}.self_attn", perm)
+        out |= _norm(
+            ours, f"{ours_enc}.self_attn_residual.norm", f"{enc}.self_attn_layer_norm", perm
+        )
+        out |= _ffn(ours, f"{ours_enc}.ffn", enc, perm)
+        out |= _norm(ours, f"{ours_enc}.ffn_residual.norm", f"{enc}.final_layer_norm", perm)
+        out |= _attention(ours, f"{ours_dec}.self_attn", f"{dec}.self_attn", perm)
+        out |= _norm(
+            ours, f"{ours_dec}.self_attn_residual.norm", f"{dec}.self_attn_layer_norm", perm
+        )
+        out |= _attention(ours, f"{ours_dec}.cross_attn", f"{dec}.encoder_attn", perm)
+        out |= _norm(
+            ours, f"{ours_dec}.cross_attn_residual.norm", f"{dec}.encoder_attn_layer_norm", perm
+        )
+        out |= _ffn(ours, f"{ours_dec}.ffn", dec, perm)
+        out |= _norm(ours, f"{ours_dec}.ffn_residual.norm", f"{dec}.final_layer_norm", perm)
+    return {name: tensor.contiguous() for name, tensor in out.items()}
+
+
+def _attention(ours: dict, src: str, dst: str, perm: Tensor) -> dict:
+    out = {}
+    for mine, theirs in (("w_q", "q_proj"), ("w_k", "k_proj"), ("w_v", "v_proj")):
+        out[f"{dst}.{theirs}.weight"] = ours[f"{src}.{mine}.weight"][:, perm]  # reads d_model
+        out[f"{dst}.{theirs}.bias"] = ours[f"{src}.{mine}.bias"]
+    out[f"{dst}.out_proj.weight"] = ours[f"{src}.w_o.weight"][perm, :]  # writes d_model
+    out[f"{dst}.out_proj.bias"] = ours[f"{src}.w_o.bias"][perm]
+    return out
+
+
+def _ffn(ours: dict, src: str, dst: str, perm: Tensor) -> dict:
+    return {
+        f"{dst}.fc1.weight": ours[f"{src}.w_1.weight"][:, perm],
+        f"{dst}.fc1.bias": ours[f"{src}.w_1.bias"],
+        f"{dst}.fc2.weight": ours[f"{src}.w_2.weight"][perm, :],
+        f"{dst}.fc2.bias": ours[f"{src}.w_2.bias"][perm],
+    }
+
+
+def _norm(ours: dict, src: str, dst: str, perm: Tensor) -> dict:
+    return {f"{dst}.weight": ours[f"{src}.weight"][perm], f"{dst}.bias": ours[f"{src}.bias"][perm]}
+
+
+def _check_exportable(config: ModelConfig) -> None:
+    problems = []
+    if config.pre_norm:
+        problems.append("pre_norm=true (Marian is post-norm)")
+    if config.positions != "sinusoidal":
+        problems.append("learned positions (Marian has sinusoids)")
+    if not (config.share_embeddings and config.tie_output):
+        problems.append("untied embeddings (Marian shares them here)")
+    if not config.d_k == config.d_v == config.d_model // config.h:
+        problems.append("d_k or d_v other than d_model / h")
+    if problems:
+        raise ExportError("cannot export to Marian: " + "; ".join(problems))
+
+
+def _write_tokenizer_files(spm_path: Path, vocab: Vocab, out: Path) -> None:
+    """MarianTokenizer's files: the one joint model twice, and its pieces by id."""
+    shutil.copyfile(spm_path, out / "source.spm")
+    shutil.copyfile(spm_path, out / "target.spm")
+    pieces = {vocab.pieces([i])[0]: i for i in range(vocab.size)}
+    (out / "vocab.json").write_text(json.dumps(pieces, ensure_ascii=False))
+    settings = {
+        "source_lang": None,
+        "target_lang": None,
+        "separate_vocabs": False,
+        "model_max_length": 512,
+        "tokenizer_class": "MarianTokenizer",
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2))
