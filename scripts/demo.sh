@@ -5,8 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-if [ -z "${TRANSDUCE_DATA:-}" ] && [ -d ../shared/data ]; then
-  TRANSDUCE_DATA=$(cd ../shared/data && pwd)
-  export TRANSDUCE_DATA
-fi
+. scripts/data-dir.sh
 exec .venv/bin/transduce demo "$@"

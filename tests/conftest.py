@@ -43,6 +43,37 @@ def data_dir() -> Path:
 torch.set_num_threads(1)
 
 
+# A model that trains in seconds, for plumbing: the CLI, faults, resume.
+PLUMBING_MODEL = {
+    "model.n_layers": 1,
+    "model.d_model": 16,
+    "model.d_ff": 32,
+    "model.h": 2,
+    "model.d_k": 8,
+    "model.d_v": 8,
+    "data.max_tokens": 300,
+}
+
+# One that learns the reverse task in a few hundred updates.
+LEARNER_MODEL = {
+    "model.n_layers": 2,
+    "model.d_model": 32,
+    "model.d_ff": 64,
+    "model.h": 2,
+    "model.d_k": 16,
+    "model.d_v": 16,
+    "model.dropout": 0.0,
+    "data.max_tokens": 400,
+    "train.warmup_steps": 60,
+    "train.lr_scale": 0.15,  # a peak of 3.4e-3
+}
+
+
+def as_set_arguments(settings: dict) -> list[str]:
+    """`{"train.max_steps": 4}` -> `["train.max_steps=4"]`, for `--set`."""
+    return [f"{key}={value}" for key, value in settings.items()]
+
+
 def write_lines(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path

@@ -10,21 +10,12 @@ from transduce.cli import main
 from transduce.config import override, preset
 from transduce.transformer import Transformer, count_parameters
 
-from .conftest import reverse_task_files, write_lines
+from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files, write_lines
 
-TOY_SETTINGS = [
-    "model.n_layers=1",
-    "model.d_model=16",
-    "model.d_ff=32",
-    "model.h=2",
-    "model.d_k=8",
-    "model.d_v=8",
-    "data.max_tokens=300",
-    "train.valid_every=5",
-    "train.log_every=5",
-    "train.keep_last=2",
-    "train.average_last=2",
-]
+TOY_SETTINGS = as_set_arguments(
+    PLUMBING_MODEL
+    | {"train.valid_every": 5, "train.log_every": 5, "train.keep_last": 2, "train.average_last": 2}
+)
 
 
 def run(*argv, stdin: bytes | None = None, monkeypatch=None):

@@ -11,7 +11,7 @@ from transduce.search import greedy_search
 from transduce.train import train
 from transduce.translate import Translator
 
-from .conftest import reverse_task_files
+from .conftest import LEARNER_MODEL, reverse_task_files
 
 transformers = pytest.importorskip("transformers")
 LINES = ["a b c d", "h g", "e e f a b c", "d"]
@@ -28,17 +28,8 @@ def run_dir(tmp_path_factory):
         length_filter=LengthFilter(),
         description={"corpus": "toy"},
     )
-    settings = {
-        "model.n_layers": 2,
-        "model.d_model": 32,
-        "model.d_ff": 64,
-        "model.h": 2,
-        "model.d_k": 16,
-        "model.d_v": 16,
-        "model.dropout": 0.0,
-        "data.max_tokens": 400,
-        "train.warmup_steps": 60,
-        "train.lr_scale": 0.15,
+    settings = LEARNER_MODEL | {
+        "model.pre_norm": False,  # Marian is post-norm
         "train.max_steps": 250,
         "train.valid_every": 250,
         "train.keep_last": 1,
@@ -50,7 +41,7 @@ def run_dir(tmp_path_factory):
 
 
 def _sources(translator):
-    ids = [row + [translator.vocab.eos] for row in translator.vocab.encode(LINES)]
+    ids = [[*row, translator.vocab.eos] for row in translator.vocab.encode(LINES)]
     width = max(map(len, ids))
     return torch.tensor([row + [translator.vocab.pad] * (width - len(row)) for row in ids])
 
@@ -79,7 +70,7 @@ def test_ctranslate2_reproduces_our_beam_search(run_dir, tmp_path):
     for quantize in (None, "int8"):
         out = export_ctranslate2(run_dir, tmp_path / f"ct2-{quantize}", quantize=quantize)
         translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
-        pieces = [ours.vocab.pieces(ids) + ["</s>"] for ids in ours.vocab.encode(LINES)]
+        pieces = [[*ours.vocab.pieces(ids), "</s>"] for ids in ours.vocab.encode(LINES)]
         results = translator.translate_batch(pieces, beam_size=4, length_penalty=0.0)
         ids = [ours.vocab.piece_ids(r.hypotheses[0]) for r in results]
         outputs = ours.vocab.decode(ids)

@@ -17,24 +17,20 @@ from transduce.corpus import LengthFilter
 from transduce.dataset import prepare
 from transduce.transformer import Transformer
 
-from .conftest import reverse_task_files
+from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files
 
-TOY = [
-    "model.n_layers=1",
-    "model.d_model=16",
-    "model.d_ff=32",
-    "model.h=2",
-    "model.d_k=8",
-    "model.d_v=8",
-    "data.max_tokens=300",
-    "train.warmup_steps=20",
-    "train.lr_scale=0.5",
-    "train.log_every=2",
-    "train.keep_last=3",
-    "train.average_last=2",
-    "train.valid_bleu=false",
-    "train.threads=1",
-]
+TOY = as_set_arguments(
+    PLUMBING_MODEL
+    | {
+        "train.warmup_steps": 20,
+        "train.lr_scale": 0.5,
+        "train.log_every": 2,
+        "train.keep_last": 3,
+        "train.average_last": 2,
+        "train.valid_bleu": "false",
+        "train.threads": 1,
+    }
+)
 
 
 @pytest.fixture(scope="module")

@@ -13,19 +13,9 @@ from transduce.runlog import read_log
 from transduce.train import Trainer, TrainingError, train
 from transduce.translate import Translator
 
-from .conftest import reverse_task_files
+from .conftest import LEARNER_MODEL, reverse_task_files
 
-TOY = {
-    "model.n_layers": 2,
-    "model.d_model": 32,
-    "model.d_ff": 64,
-    "model.h": 2,
-    "model.d_k": 16,
-    "model.d_v": 16,
-    "model.dropout": 0.0,
-    "data.max_tokens": 400,
-    "train.warmup_steps": 60,
-    "train.lr_scale": 0.15,  # a peak of 3.4e-3
+TOY = LEARNER_MODEL | {
     "train.valid_every": 20,
     "train.log_every": 10,
     "train.keep_last": 3,
