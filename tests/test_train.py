@@ -193,3 +193,25 @@ def test_a_fresh_run_starts_a_fresh_log(toy_data, tmp_path):
     _trainer(toy_config(**{"train.max_steps": 10}), toy_data, run_dir).run()
     steps = [r["step"] for r in read_log(run_dir / "log.jsonl")]
     assert 999 not in steps and steps == sorted(steps)
+
+
+def test_a_nearly_full_disk_is_refused_before_training(toy_data, tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 10**6, 10**6))
+    with pytest.raises(TrainingError, match="MiB free"):
+        _trainer(toy_config(), toy_data, tmp_path / "run")
+
+
+def test_running_out_of_gpu_memory_names_the_settings_to_change(toy_data, tmp_path, monkeypatch):
+    trainer = _trainer(toy_config(), toy_data, tmp_path / "run")
+
+    class OutOfMemory(torch.nn.Module):
+        def forward(self, *args):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(trainer, "network", OutOfMemory())
+    with pytest.raises(TrainingError, match=r"data\.max_tokens=400.*train\.accumulate"):
+        trainer.run()
