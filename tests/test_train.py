@@ -215,3 +215,15 @@ def test_running_out_of_gpu_memory_names_the_settings_to_change(toy_data, tmp_pa
     monkeypatch.setattr(trainer, "network", OutOfMemory())
     with pytest.raises(TrainingError, match=r"data\.max_tokens=400.*train\.accumulate"):
         trainer.run()
+
+
+def test_the_final_average_leaves_out_checkpoints_from_the_warmup(toy_data, tmp_path):
+    config = toy_config(
+        **{"train.max_steps": 100, "train.keep_last": 10, "train.average_last": 10}
+    )  # warmup 60, a checkpoint every 20
+    _trainer(config, toy_data, tmp_path / "run").run()
+    averaged = load(tmp_path / "run" / "average.pt")["averaged_from"]
+    assert [int(p.split("step_")[1][:8]) for p in averaged] == [60, 80, 100]
+    short = toy_config(**{"train.max_steps": 40, "train.keep_last": 10, "train.average_last": 10})
+    _trainer(short, toy_data, tmp_path / "short").run()  # ends inside the warmup
+    assert len(load(tmp_path / "short" / "average.pt")["averaged_from"]) == 1

@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"transduce {args.verb}: error: {error}")
     except KeyboardInterrupt:
         sys.exit(f"transduce {args.verb}: interrupted")
+    except BrokenPipeError:  # e.g. `transduce evaluate ... | head -1`: the reader has gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _parser() -> argparse.ArgumentParser:

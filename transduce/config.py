@@ -78,7 +78,7 @@ class TrainConfig:
     valid_bleu: bool = True  # also decode the dev set and score BLEU at each validation
     valid_beam: int = 1  # beam for that BLEU; 1 (greedy) keeps validation cheap
     keep_last: int = 5  # checkpoints kept besides the best; the paper averages the last 5 / 20
-    average_last: int = 5  # how many of them `average` (and the demo) use by default
+    average_last: int = 5  # how many of the last, after warmup, make the final `average.pt`
     seed: int = 1
     precision: str = "auto"  # "auto": bf16 autocast on a GPU, float32 on a CPU; or "fp32"
     threads: int = 0  # CPU threads; 0 = torch's default

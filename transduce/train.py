@@ -385,7 +385,12 @@ class Trainer:
         out = self.run_dir / AVERAGE_FILE
 
         def write_average() -> None:
-            paths = self.store.last_paths(self.config.train.average_last)
+            # Checkpoints from the warmup are far from the end point: averaging them in would
+            # pull a short run back. Only those after it count; with none, the newest stands.
+            train = self.config.train
+            steps = [s for s in self.store.steps() if s >= train.warmup_steps]
+            paths = [self.store.path(s) for s in steps[-train.average_last :]]
+            paths = paths or self.store.last_paths(1)
             save(average(paths), out)
             logger.info("averaged %d checkpoints into %s", len(paths), out)
 
