@@ -232,6 +232,11 @@ def _coerce(key: str, raw: object, kind: object) -> object:
         raise ConfigError(f"{key}: cannot read {raw!r} as {kind.__name__}") from error
 
 
+def scale_for_peak(peak: float, d_model: int, warmup_steps: int) -> float:
+    """The `train.lr_scale` at which eq. 3 peaks at `peak` (at step == warmup_steps)."""
+    return peak / (d_model**-0.5 * warmup_steps**-0.5)
+
+
 # --- presets (Table 3 and small-data models) ---------------------------------------------------
 
 
@@ -270,7 +275,7 @@ def tiny() -> Config:
         data=DataConfig(max_tokens=4096),
         train=TrainConfig(
             warmup_steps=warmup,
-            lr_scale=peak / (d_model**-0.5 * warmup**-0.5),
+            lr_scale=scale_for_peak(peak, d_model, warmup),
             label_smoothing=0.1,
             max_steps=20000,
             valid_every=125,  # about one epoch of Multi30k, so the last 10 are the last 10 epochs
@@ -288,7 +293,7 @@ def small() -> Config:
         data=DataConfig(max_tokens=4096),
         train=TrainConfig(
             warmup_steps=warmup,
-            lr_scale=peak / (d_model**-0.5 * warmup**-0.5),
+            lr_scale=scale_for_peak(peak, d_model, warmup),
             label_smoothing=0.1,
             max_steps=20000,
             valid_every=500,
