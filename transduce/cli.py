@@ -260,11 +260,13 @@ def _add_translate(verbs) -> None:
 
 
 def _translate(args) -> None:
-    from .corpus import read_lines
+    from .corpus import decode_lines, read_lines
     from .translate import Translator
 
     translator = Translator.load(args.model, args.checkpoint, args.device)  # bad model: fail first
-    lines = read_lines(args.input) if args.input else _stdin_lines()
+    lines = (
+        read_lines(args.input) if args.input else decode_lines(sys.stdin.buffer.read(), "<stdin>")
+    )
     given = {
         "beam_size": args.beam,
         "alpha": args.alpha,
@@ -284,19 +286,6 @@ def _translate(args) -> None:
         args.output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-
-
-def _stdin_lines() -> list[str]:
-    data = sys.stdin.buffer.read()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    for number, line in enumerate(lines, start=1):
-        try:
-            line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise ValueError(f"<stdin> line {number}: invalid UTF-8 ({error.reason})") from None
-    return [line.decode("utf-8").rstrip("\r") for line in lines]
 
 
 def _add_evaluate(verbs) -> None:

@@ -222,11 +222,16 @@ def read_lines(path: Path | str, *, gzipped: bool | None = None) -> list[str]:
         raise DataError(f"{path}: file not found") from error
     except (OSError, EOFError, zlib.error) as error:
         raise DataError(f"{path}: not a readable gzip file ({error})") from error
+    return decode_lines(data, str(path))
+
+
+def decode_lines(data: bytes, name: str) -> list[str]:
+    """UTF-8 bytes as lines without their newline; `name` (a file, `<stdin>`) is for errors."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise DataError(f"{path} line {line}: invalid UTF-8") from error
+        raise DataError(f"{name} line {line}: invalid UTF-8") from error
     # split on "\n" alone: str.splitlines would also break at U+2028, \x1c and friends
     lines = text.split("\n")
     return lines[:-1] if lines[-1] == "" else lines
