@@ -17,9 +17,10 @@ transformers = pytest.importorskip("transformers")
 LINES = ["a b c d", "h g", "e e f a b c", "d"]
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """A toy model trained until its translations end with EOS."""
+@pytest.fixture(scope="module", params=[False, True], ids=["post-norm", "pre-norm"])
+def run_dir(request, tmp_path_factory):
+    """A toy model trained until its translations end with EOS; post-norm (exported as
+    Marian) and pre-norm (exported as Pegasus)."""
     folder = tmp_path_factory.mktemp("export")
     data = prepare(
         reverse_task_files(folder),
@@ -29,7 +30,7 @@ def run_dir(tmp_path_factory):
         description={"corpus": "toy"},
     )
     settings = LEARNER_MODEL | {
-        "model.pre_norm": False,  # Marian is post-norm
+        "model.pre_norm": request.param,
         "train.max_steps": 250,
         "train.valid_every": 250,
         "train.keep_last": 1,
@@ -46,9 +47,11 @@ def _sources(translator):
     return torch.tensor([row + [translator.vocab.pad] * (width - len(row)) for row in ids])
 
 
-def test_hugging_face_marian_computes_our_function_and_greedy_translations(run_dir, tmp_path):
+def test_hugging_face_model_computes_our_function_and_greedy_translations(run_dir, tmp_path):
     ours = Translator.load(run_dir)
-    theirs = transformers.MarianMTModel.from_pretrained(export_hf(run_dir, tmp_path / "hf"))
+    theirs = transformers.AutoModelForSeq2SeqLM.from_pretrained(export_hf(run_dir, tmp_path / "hf"))
+    expected = "PegasusForConditional" if ours.model.config.pre_norm else "MarianMT"
+    assert type(theirs).__name__.startswith(expected)
     src = _sources(ours)
     tgt = torch.tensor([[2, 5, 6, 7]] * len(LINES))
     with torch.no_grad():
@@ -80,9 +83,9 @@ def test_ctranslate2_reproduces_our_beam_search(run_dir, tmp_path):
             assert sum(o == e for o, e in zip(outputs, expected, strict=True)) >= len(LINES) - 1
 
 
-def test_a_pre_norm_model_is_refused_with_the_reason(run_dir, tmp_path):
+def test_a_model_without_an_equivalent_is_refused_with_the_reason():
     from transduce.export import _check_exportable
 
-    config = override(tiny(), {"model.pre_norm": True}).model
-    with pytest.raises(ExportError, match="pre_norm"):
+    config = override(tiny(), {"model.positions": "learned", "model.d_k": 16}).model
+    with pytest.raises(ExportError, match=r"learned positions.*d_k or d_v"):
         _check_exportable(config)

@@ -56,6 +56,11 @@ def test_a_tiny_model_learns_to_reverse(toy_data, tmp_path):
     exact = sum(o == t for o, t in zip(outputs, test.tgt, strict=True)) / len(outputs)
     assert exact >= 0.8, list(zip(outputs, test.tgt, strict=True))[:5]
     assert (tmp_path / "run" / "curve.png").stat().st_size > 0
+    # int8 decoding (translate --int8) keeps what the model learned
+    int8 = Translator.load(tmp_path / "run", int8=True)
+    outputs_int8 = [h[0][0] for h in int8.translate(test.src)]
+    same = sum(a == b for a, b in zip(outputs, outputs_int8, strict=True)) / len(outputs)
+    assert same >= 0.9
 
 
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(toy_data, tmp_path):

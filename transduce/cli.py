@@ -256,6 +256,11 @@ def _add_translate(verbs) -> None:
     p.add_argument("--input", type=Path)
     p.add_argument("--output", type=Path)
     p.add_argument("--device")
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="CPU only: int8 linear layers (faster in batches, about 0.1 BLEU lower)",
+    )
     p.set_defaults(run=_translate)
 
 
@@ -263,7 +268,8 @@ def _translate(args) -> None:
     from .corpus import decode_lines, read_lines
     from .translate import Translator
 
-    translator = Translator.load(args.model, args.checkpoint, args.device)  # bad model: fail first
+    # A bad model fails here, before any input is read.
+    translator = Translator.load(args.model, args.checkpoint, args.device, int8=args.int8)
     lines = (
         read_lines(args.input) if args.input else decode_lines(sys.stdin.buffer.read(), "<stdin>")
     )
@@ -331,8 +337,8 @@ def _add_export(verbs) -> None:
     p = verbs.add_parser(
         "export",
         help="write the model for Hugging Face or CTranslate2",
-        description="Export a run as a Hugging Face MarianMTModel folder, or "
-        "through it as a CTranslate2 model.",
+        description="Export a run as a Hugging Face folder (MarianMTModel if post-norm, "
+        "PegasusForConditionalGeneration if pre-norm), or through it as a CTranslate2 model.",
     )
     p.add_argument("--model", type=Path, required=True, help="the run folder")
     p.add_argument("--to", required=True, choices=["hf", "ctranslate2"])

@@ -1,10 +1,12 @@
-"""Export a trained run: a Hugging Face `MarianMTModel` folder, and from it CTranslate2.
+"""Export a trained run: a Hugging Face model folder, and from it CTranslate2.
 
-Marian is the paper's architecture (post-norm, scaled and tied embeddings, sinusoids) with one
-difference of layout: its positional encoding puts the sines in the first half of the d_model
-dimensions and the cosines in the second, where s3.5 interleaves them. Every layer is
-equivariant to a permutation of the d_model dimensions applied to all its weights, so permuting
-them all gives a Marian model with exactly our function.
+A post-norm model becomes a `MarianMTModel`: the paper's architecture (post-norm, scaled and
+tied embeddings, sinusoids). A pre-norm one becomes a `PegasusForConditionalGeneration`: the
+same with each LayerNorm before its sublayer and a final LayerNorm closing each stack, as ours.
+Both differ from s3.5 in one layout: their positional encoding puts the sines in the first half
+of the d_model dimensions and the cosines in the second, where the paper interleaves them.
+Every layer is equivariant to a permutation of the d_model dimensions applied to all its
+weights, so permuting them all gives a model with exactly our function.
 """
 
 from __future__ import annotations
@@ -32,26 +34,31 @@ class ExportError(ValueError):
 
 
 def export_hf(run_dir: Path, out: Path, checkpoint: Path | None = None) -> Path:
-    """Write `out/` with config.json, model.safetensors and Marian's tokenizer files."""
-    from transformers import MarianConfig, MarianMTModel
+    """Write `out/` with config.json, model.safetensors and the tokenizer's files.
+
+    MarianMTModel for a post-norm model, PegasusForConditionalGeneration for a pre-norm one.
+    """
+    import transformers
 
     run_dir = Path(run_dir)
     state = load(checkpoint or default_checkpoint(run_dir))
     config = Config.from_dict(json.loads(state["config"])).model
     vocab = Vocab.load(run_dir / "vocab.model")
     _check_exportable(config)
-    model = MarianMTModel(MarianConfig(**marian_settings(config, vocab)))
-    missing, unexpected = model.load_state_dict(
-        marian_weights(state["model"], config), strict=False
-    )
-    # Marian computes its sinusoid table itself; nothing else may be left over.
+    family = hf_family(config)
+    settings = getattr(transformers, f"{family}Config")(**hf_settings(config, vocab))
+    model = getattr(transformers, HF_MODELS[family])(settings)
+    missing, unexpected = model.load_state_dict(hf_weights(state["model"], config), strict=False)
+    # The model computes its sinusoid table itself; nothing else may be left over.
     missing = [k for k in missing if "embed_positions" not in k]
     if missing or unexpected:
-        raise ExportError(f"weights did not map onto Marian: missing {missing}, extra {unexpected}")
+        raise ExportError(
+            f"weights did not map onto {family}: missing {missing}, extra {unexpected}"
+        )
     model.generation_config.max_length = config.max_positions
     model.save_pretrained(out)
     _write_tokenizer_files(run_dir / "vocab.model", vocab, Path(out))
-    logger.info("exported %s to %s (Hugging Face MarianMTModel)", run_dir, out)
+    logger.info("exported %s to %s (Hugging Face %s)", run_dir, out, HF_MODELS[family])
     return Path(out)
 
 
@@ -61,7 +68,7 @@ def export_ctranslate2(
     """Through the Hugging Face export, CTranslate2's converter; `quantize` e.g. "int8"."""
     import ctranslate2
 
-    with tempfile.TemporaryDirectory() as hf_dir, _our_marian_conventions():
+    with tempfile.TemporaryDirectory() as hf_dir, _our_conventions():
         export_hf(run_dir, Path(hf_dir), checkpoint)
         converter = ctranslate2.converters.TransformersConverter(hf_dir)
         converter.convert(str(out), quantization=quantize, force=True)
@@ -71,41 +78,53 @@ def export_ctranslate2(
 
 
 @contextmanager
-def _our_marian_conventions():
-    """CTranslate2's Marian loader, told that our decoder starts from BOS.
+def _our_conventions():
+    """CTranslate2's Marian and Pegasus loaders, told that our decoder starts from BOS.
 
-    Its loader assumes the Marian toolkit's conventions: the decoder starts from a zero vector
-    and <pad> is the last token, which it removes. Ours starts from the BOS embedding and keeps
-    every token, so for the length of one conversion a loader that says so takes its place.
+    Its Marian loader assumes the Marian toolkit's conventions: the decoder starts from a zero
+    vector and <pad> is the last token, which it removes; its Pegasus loader starts the decoder
+    from <pad>. Ours starts from the BOS embedding and keeps every token, so for the length of
+    one conversion loaders that say so take their place.
     """
     from ctranslate2.converters import transformers as ct2_transformers
 
-    class Loader(ct2_transformers.MarianMTLoader):
+    class OurLoader(ct2_transformers.BartLoader):
+        def __init__(self, architecture: str, pre_norm: bool):
+            super().__init__()
+            self._architecture, self._pre_norm = architecture, pre_norm
+
+        @property
+        def architecture_name(self):
+            return self._architecture
+
         def get_model_spec(self, model):
-            model.config.normalize_before = False
+            model.config.normalize_before = self._pre_norm
             model.config.normalize_embedding = False
-            return ct2_transformers.BartLoader.get_model_spec(self, model)
+            return super().get_model_spec(model)
 
         def set_config(self, config, model, tokenizer):
-            ct2_transformers.BartLoader.set_config(self, config, model, tokenizer)
+            super().set_config(config, model, tokenizer)
             config.bos_token = tokenizer.convert_ids_to_tokens(model.config.bos_token_id)
 
-        def set_decoder(self, spec, decoder):
-            ct2_transformers.BartLoader.set_decoder(self, spec, decoder)
-
-        def get_vocabulary(self, model, tokenizer):
-            return ct2_transformers.BartLoader.get_vocabulary(self, model, tokenizer)
-
     registry = ct2_transformers._MODEL_LOADERS
-    original = registry["MarianConfig"]
-    registry["MarianConfig"] = Loader()
+    originals = {name: registry[name] for name in ("MarianConfig", "PegasusConfig")}
+    registry["MarianConfig"] = OurLoader(HF_MODELS["Marian"], pre_norm=False)
+    registry["PegasusConfig"] = OurLoader(HF_MODELS["Pegasus"], pre_norm=True)
     try:
         yield
     finally:
-        registry["MarianConfig"] = original
+        registry.update(originals)
 
 
-def marian_settings(config: ModelConfig, vocab: Vocab) -> dict:
+HF_MODELS = {"Marian": "MarianMTModel", "Pegasus": "PegasusForConditionalGeneration"}
+
+
+def hf_family(config: ModelConfig) -> str:
+    """The Hugging Face architecture that computes our model's function."""
+    return "Pegasus" if config.pre_norm else "Marian"
+
+
+def hf_settings(config: ModelConfig, vocab: Vocab) -> dict:
     return {
         "vocab_size": config.vocab_size,
         "d_model": config.d_model,
@@ -121,7 +140,7 @@ def marian_settings(config: ModelConfig, vocab: Vocab) -> dict:
         "pad_token_id": vocab.pad,
         "eos_token_id": vocab.eos,
         "bos_token_id": vocab.bos,
-        "decoder_start_token_id": vocab.bos,  # our decoder starts from BOS, Marian's from pad
+        "decoder_start_token_id": vocab.bos,  # ours starts from BOS, Marian and Pegasus from pad
         "forced_eos_token_id": vocab.eos,
         "share_encoder_decoder_embeddings": True,
         "tie_word_embeddings": True,
@@ -129,8 +148,10 @@ def marian_settings(config: ModelConfig, vocab: Vocab) -> dict:
     }
 
 
-def marian_weights(ours: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
-    """Our state dict under Marian's names, each d_model axis permuted to Marian's layout."""
+def hf_weights(ours: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
+    """Our state dict under Marian's (Pegasus's) names, each d_model axis permuted to their
+    sin|cos layout. The names are the same in both; in a pre-norm model each `*_layer_norm`
+    is the one before its sublayer, and the stacks' final norms are `layer_norm`."""
     perm = torch.cat([torch.arange(0, config.d_model, 2), torch.arange(1, config.d_model, 2)])
     embedding = ours["src_embed.tokens.weight"][:, perm]
     out = {
@@ -159,6 +180,9 @@ def marian_weights(ours: dict[str, Tensor], config: ModelConfig) -> dict[str, Te
         )
         out |= _ffn(ours, f"{ours_dec}.ffn", dec, perm)
         out |= _norm(ours, f"{ours_dec}.ffn_residual.norm", f"{dec}.final_layer_norm", perm)
+    if config.pre_norm:
+        out |= _norm(ours, "encoder_norm", "model.encoder.layer_norm", perm)
+        out |= _norm(ours, "decoder_norm", "model.decoder.layer_norm", perm)
     return {name: tensor.contiguous() for name, tensor in out.items()}
 
 
@@ -186,17 +210,16 @@ def _norm(ours: dict, src: str, dst: str, perm: Tensor) -> dict:
 
 
 def _check_exportable(config: ModelConfig) -> None:
+    family = hf_family(config)
     problems = []
-    if config.pre_norm:
-        problems.append("pre_norm=true (Marian is post-norm)")
     if config.positions != "sinusoidal":
-        problems.append("learned positions (Marian has sinusoids)")
+        problems.append(f"learned positions ({family} has sinusoids)")
     if not (config.share_embeddings and config.tie_output):
-        problems.append("untied embeddings (Marian shares them here)")
+        problems.append(f"untied embeddings ({family} shares them here)")
     if not config.d_k == config.d_v == config.d_model // config.h:
         problems.append("d_k or d_v other than d_model / h")
     if problems:
-        raise ExportError("cannot export to Marian: " + "; ".join(problems))
+        raise ExportError(f"cannot export to {family}: " + "; ".join(problems))
 
 
 def _write_tokenizer_files(spm_path: Path, vocab: Vocab, out: Path) -> None:

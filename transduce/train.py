@@ -84,7 +84,10 @@ def train(
         trainer = Trainer(
             config, PreparedData.load(data_dir), Path(run_dir), resume, target, processes
         )
-        return trainer.run()
+        average = trainer.run()
+        # Leave together: a gloo process whose peer tears the group down first can abort.
+        processes.barrier()
+        return average
     finally:
         distributed.stop()
 

@@ -1,0 +1,261 @@
+"""Decoding speed, side by side on the same weights: transduce (float32 and dynamic int8),
+Hugging Face `generate` and CTranslate2 (float32 and int8) through `transduce export`, and
+optionally OpenNMT-py on its own model of the same size.
+
+    python benchmarks/speed_decode.py --model RUN --prepared DATA --out bench/speed-decode \
+        [--onmt-model M.pt --onmt-bin VENV/bin] [--rounds 2] [--threads 2] [--batch-1-lines 200]
+    python benchmarks/speed_decode.py --model RUN --prepared DATA --out DIR --beam-memory
+
+Beam 4, length penalty 0.6, at most source length + 50 tokens, on DATA's test set: batch 64 over
+every line and batch 1 over the first `--batch-1-lines`. Engines run alternately, `--rounds`
+times; the median time counts. Each engine's output is scored (lowercased tokenized BLEU), so a
+fast engine that translates worse shows it. `--beam-memory` measures peak memory of beam search
+against beam size instead, each size in a fresh process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers
+
+from transduce.config import DecodeConfig
+from transduce.dataset import PreparedData
+from transduce.export import export_ctranslate2, export_hf
+from transduce.metrics import bleu
+from transduce.translate import Translator, decode_ids
+
+BEAM, ALPHA, EXTRA = 4, 0.6, 50
+
+
+def transduce_engine(translator: Translator):
+    def run(sources: list[list[int]], batch: int) -> list[list[int]]:
+        decode = DecodeConfig(beam_size=BEAM, alpha=ALPHA, max_len_b=EXTRA, batch_size=batch)
+        with torch.inference_mode():
+            hyps = decode_ids(
+                translator.model, translator.vocab, sources, decode, translator.device
+            )
+        return [h[0].tokens for h in hyps]
+
+    return run
+
+
+def int8_translator(translator: Translator) -> Translator:
+    """Dynamic int8 quantization of every nn.Linear (weights int8, activations per batch)."""
+    model = torch.ao.quantization.quantize_dynamic(
+        copy.deepcopy(translator.model), {torch.nn.Linear}, dtype=torch.qint8
+    )
+    return Translator(model, translator.vocab, translator.decode, translator.device)
+
+
+def hf_engine(folder: Path, pad: int, eos: int):
+    import transformers
+
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+
+    def run(sources: list[list[int]], batch: int) -> list[list[int]]:
+        outputs = []
+        for start in range(0, len(sources), batch):
+            rows = [[*ids, eos] for ids in sources[start : start + batch]]
+            width = max(map(len, rows))
+            input_ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+            with torch.inference_mode():
+                generated = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=(input_ids != pad).long(),
+                    num_beams=BEAM,
+                    length_penalty=ALPHA,
+                    early_stopping=True,
+                    do_sample=False,
+                    max_new_tokens=width - 1 + EXTRA,
+                )
+            outputs += [[t for t in row.tolist()[1:] if t not in (pad, eos)] for row in generated]
+        return outputs
+
+    return run
+
+
+def ct2_engine(folder: Path, vocab, threads: int):
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=threads)
+
+    def run(sources: list[list[int]], batch: int) -> list[list[int]]:
+        pieces = [[*vocab.pieces(ids), "</s>"] for ids in sources]
+        results = translator.translate_batch(
+            pieces,
+            beam_size=BEAM,
+            length_penalty=ALPHA,
+            max_batch_size=batch,
+            max_decoding_length=max(map(len, pieces)) + EXTRA,
+        )
+        return [vocab.piece_ids(r.hypotheses[0]) for r in results]
+
+    return run
+
+
+def onmt_engine(model: Path, bin_dir: Path, out: Path, threads: int):
+    """onmt_translate on piece text; the time is its own report, without loading the model."""
+
+    def run(sources: list[list[int]], batch: int, vocab) -> tuple[list[list[int]], float]:
+        src, hyp = out / f"onmt-{batch}.src", out / f"onmt-{batch}.hyp"
+        src.write_text("\n".join(" ".join(vocab.pieces(ids)) for ids in sources) + "\n")
+        command = [
+            str(bin_dir / "onmt_translate"), "-model", str(model), "-src", str(src),
+            "-output", str(hyp), "-beam_size", str(BEAM), "-batch_size", str(batch),
+            "-batch_type", "sents", "-length_penalty", "wu", "-alpha", str(ALPHA),
+            "-max_length", str(max(map(len, sources)) + EXTRA), "-report_time", "-gpu", "-1",
+        ]  # fmt: skip
+        env = {**peers.thread_env(threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+        log = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+        seconds = float(
+            re.search(r"Total translation time \(s\): ([\d.]+)", log.stderr + log.stdout)[1]
+        )
+        lines = hyp.read_text().splitlines()
+        return [vocab.piece_ids(line.split()) for line in lines], seconds
+
+    return run
+
+
+def timed(engine, sources, batch, vocab):
+    if getattr(engine, "reports_time", False):
+        return engine(sources, batch, vocab)
+    start = time.perf_counter()
+    outputs = engine(sources, batch)
+    return outputs, time.perf_counter() - start
+
+
+def speed(args) -> None:
+    data = PreparedData.load(args.prepared)
+    vocab = data.vocab
+    test = data.split("test")
+    sources = [test.pair(i)[0].tolist() for i in range(len(test))]
+    text = data.text("test").tgt
+    references = [text[i] for i in test.index]  # the lines that were kept, in order
+    torch.set_num_threads(args.threads)
+
+    translator = Translator.load(args.model, device="cpu")
+    hf_dir, ct2_dir, ct2_int8_dir = (args.out / n for n in ("hf", "ct2", "ct2-int8"))
+    export_hf(args.model, hf_dir)
+    export_ctranslate2(args.model, ct2_dir)
+    export_ctranslate2(args.model, ct2_int8_dir, quantize="int8")
+    engines = {
+        "transduce": transduce_engine(translator),
+        "transduce int8": transduce_engine(int8_translator(translator)),
+        "hf generate": hf_engine(hf_dir, vocab.pad, vocab.eos),
+        "ctranslate2": ct2_engine(ct2_dir, vocab, args.threads),
+        "ctranslate2 int8": ct2_engine(ct2_int8_dir, vocab, args.threads),
+    }
+    if args.onmt_model:
+        onmt = onmt_engine(args.onmt_model, args.onmt_bin, args.out, args.threads)
+        onmt.reports_time = True
+        engines["opennmt-py (own weights)"] = onmt
+
+    cases = {64: sources, 1: sources[: args.batch_1_lines]}
+    results = []
+    for batch, lines in cases.items():
+        times: dict[str, list[float]] = {name: [] for name in engines}
+        outputs: dict[str, list[list[int]]] = {}
+        for _ in range(args.rounds):
+            for name, engine in engines.items():
+                outputs[name], seconds = timed(engine, lines, batch, vocab)
+                times[name].append(seconds)
+                print(f"{name}, batch {batch}: {seconds:.2f} s", flush=True)
+        for name in engines:
+            seconds = statistics.median(times[name])
+            hypotheses = vocab.decode(outputs[name])
+            results.append({
+                "engine": name,
+                "batch": batch,
+                "sentences": len(lines),
+                "seconds": round(seconds, 3),
+                "seconds_per_round": [round(t, 3) for t in times[name]],
+                "sentences_per_s": len(lines) / seconds,
+                "generated_tokens_per_s": sum(len(o) + 1 for o in outputs[name]) / seconds,
+                "bleu_lc_tok": bleu(hypotheses, references[: len(lines)], lowercase_tokenized=True).score,
+            })  # fmt: skip
+    summary = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "model": str(args.model),
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "rows": results,
+    }
+    (args.out / "results.json").write_text(json.dumps(summary, indent=2))
+    print("| batch | engine | sentences/s | generated tokens/s | x transduce | BLEU (lc tok) |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        ours = next(x for x in results if x["batch"] == r["batch"] and x["engine"] == "transduce")
+        print(
+            f"| {r['batch']} | {r['engine']} | {r['sentences_per_s']:.1f} | "
+            f"{r['generated_tokens_per_s']:,.0f} | {r['sentences_per_s'] / ours['sentences_per_s']:.2f} "
+            f"| {r['bleu_lc_tok']:.2f} |"
+        )
+
+
+BEAM_MEMORY_PROBE = r"""
+import json, sys, torch
+from transduce.config import DecodeConfig
+from transduce.dataset import PreparedData
+from transduce.translate import Translator, decode_ids
+
+def kib(field):
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(field))
+
+model, prepared, beam, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+data = PreparedData.load(prepared)
+test = data.split("test")
+sources = [test.pair(i)[0].tolist() for i in range(len(test))]
+translator = Translator.load(model, device="cpu")
+before = kib("VmRSS:")
+open("/proc/self/clear_refs", "w").write("5")  # resets VmHWM to the current RSS
+with torch.inference_mode():
+    decode_ids(translator.model, data.vocab, sources, DecodeConfig(beam_size=beam, batch_size=64), translator.device)
+print(json.dumps({"beam": beam, "peak_above_loaded_mib": (kib("VmHWM:") - before) / 1024}))
+"""
+
+
+def beam_memory(args) -> None:
+    """Peak resident memory of beam search over the test set at batch 64, per beam size."""
+    rows = []
+    for beam in (1, 2, 4, 8, 16):
+        output = subprocess.run(
+            [sys.executable, "-c", BEAM_MEMORY_PROBE, str(args.model), str(args.prepared),
+             str(beam), str(args.threads)],
+            capture_output=True, text=True, check=True, env=peers.thread_env(args.threads),
+        ).stdout  # fmt: skip
+        rows.append(json.loads(output.strip().splitlines()[-1]))
+        print(rows[-1], flush=True)
+    (args.out / "beam-memory.json").write_text(json.dumps(rows, indent=2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="a transduce run folder")
+    parser.add_argument("--prepared", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--onmt-model", type=Path)
+    parser.add_argument("--onmt-bin", type=Path)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-1-lines", type=int, default=200)
+    parser.add_argument("--beam-memory", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    beam_memory(args) if args.beam_memory else speed(args)
+
+
+if __name__ == "__main__":
+    main()

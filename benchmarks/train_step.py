@@ -1,0 +1,60 @@
+"""Training-step throughput of one preset on prepared data, for A/B trials of a change.
+
+    python benchmarks/train_step.py --prepared DATA --preset small [--updates 60] [--compile]
+        [--threads 2] [--set key=value ...]
+
+Runs the first `--updates` batches of epoch 0 through the Trainer's own update (forward, loss,
+backward, Adam) and prints target tokens/s over all but the first 10 updates, and the share of
+target positions that are padding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from transduce.config import override, preset
+from transduce.dataset import PreparedData
+from transduce.runtime import pick_device
+from transduce.train import Trainer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prepared", type=Path, required=True)
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--updates", type=int, default=60)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--set", nargs="*", default=[])
+    args = parser.parse_args()
+    settings = dict(item.split("=", 1) for item in args.set)
+    config = override(preset(args.preset), {"train.threads": str(args.threads), **settings})
+    with tempfile.TemporaryDirectory() as run:
+        data, device = PreparedData.load(args.prepared), pick_device("cpu")
+        trainer = Trainer(config, data, Path(run), resume=False, device=device)
+        sampler = trainer.sampler
+        groups = [[b] for b in sampler.batches(0)[: args.updates]]
+        padding = real = 0
+        for (indices,) in groups:
+            batch = trainer._collate(trainer.data.split("train").pairs(indices))
+            real += batch.n_tgt_tokens
+            padding += batch.tgt_out.numel() - batch.n_tgt_tokens
+        tokens, start = 0, None
+        for i, group in enumerate(groups):
+            if i == 10:
+                tokens, start = 0, time.perf_counter()
+            tokens += trainer._update(group)["tgt_tokens"]
+        seconds = time.perf_counter() - start
+    print(
+        f"{args.preset} {' '.join(args.set)}: {tokens / seconds:,.0f} target tokens/s over "
+        f"{len(groups) - 10} updates; target padding {padding / (padding + real):.1%}; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+
+
+if __name__ == "__main__":
+    main()
