@@ -58,17 +58,16 @@ def export_pieces(prepared: Path, out: Path) -> Path:
     return out
 
 
-def target_tokens(pieces: Path, split: str) -> int:
-    """Subword tokens of a split's target side, plus one end-of-sentence token per line."""
-    lines = (pieces / f"{split}.tgt").read_text().splitlines()
-    return sum(len(line.split()) + 1 for line in lines)
-
-
 # --- the peers' configurations ----------------------------------------------------------------
 
 
-def onmt_config(pieces: Path, run: Path, size: str, steps: int, report_every: int) -> Path:
-    """OpenNMT-py 3.5.1 with the common setup; its defaults otherwise (SDPA attention)."""
+def onmt_config(
+    pieces: Path, run: Path, size: str, steps: int, report_every: int, save_every: int = 0
+) -> Path:
+    """OpenNMT-py 3.5.1 with the common setup; its defaults otherwise (SDPA attention).
+
+    A checkpoint every `save_every` updates; 0: only at `steps`.
+    """
     s, pieces, run = SIZES[size], pieces.resolve(), run.resolve()
     config = {
         "save_data": str(run / "data"),
@@ -84,7 +83,7 @@ def onmt_config(pieces: Path, run: Path, size: str, steps: int, report_every: in
             "valid": {"path_src": str(pieces / "dev.src"), "path_tgt": str(pieces / "dev.tgt")},
         },
         "save_model": str(run / "model"),
-        "save_checkpoint_steps": steps,
+        "save_checkpoint_steps": save_every or steps,
         "train_steps": steps,
         "valid_steps": 10**7,
         "report_every": report_every,

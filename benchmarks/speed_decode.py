@@ -16,7 +16,6 @@ against beam size instead, each size in a fresh process.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import re
 import statistics
@@ -34,29 +33,33 @@ from transduce.config import DecodeConfig
 from transduce.dataset import PreparedData
 from transduce.export import export_ctranslate2, export_hf
 from transduce.metrics import bleu
-from transduce.translate import Translator, decode_ids
+from transduce.translate import Translator, decode_ids, quantized
 
 BEAM, ALPHA, EXTRA = 4, 0.6, 50
 
+# An engine maps (source ids, batch size) to (output ids, seconds of decoding).
 
-def transduce_engine(translator: Translator):
+
+def timed(run):
+    """An engine from a function that only decodes: its wall time is the decoding time."""
+
+    def engine(sources: list[list[int]], batch: int) -> tuple[list[list[int]], float]:
+        start = time.perf_counter()
+        outputs = run(sources, batch)
+        return outputs, time.perf_counter() - start
+
+    return engine
+
+
+def transduce_engine(model, vocab):
+    @timed
     def run(sources: list[list[int]], batch: int) -> list[list[int]]:
         decode = DecodeConfig(beam_size=BEAM, alpha=ALPHA, max_len_b=EXTRA, batch_size=batch)
         with torch.inference_mode():
-            hyps = decode_ids(
-                translator.model, translator.vocab, sources, decode, translator.device
-            )
+            hyps = decode_ids(model, vocab, sources, decode, torch.device("cpu"))
         return [h[0].tokens for h in hyps]
 
     return run
-
-
-def int8_translator(translator: Translator) -> Translator:
-    """Dynamic int8 quantization of every nn.Linear (weights int8, activations per batch)."""
-    model = torch.ao.quantization.quantize_dynamic(
-        copy.deepcopy(translator.model), {torch.nn.Linear}, dtype=torch.qint8
-    )
-    return Translator(model, translator.vocab, translator.decode, translator.device)
 
 
 def hf_engine(folder: Path, pad: int, eos: int):
@@ -64,6 +67,7 @@ def hf_engine(folder: Path, pad: int, eos: int):
 
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
 
+    @timed
     def run(sources: list[list[int]], batch: int) -> list[list[int]]:
         outputs = []
         for start in range(0, len(sources), batch):
@@ -91,6 +95,7 @@ def ct2_engine(folder: Path, vocab, threads: int):
 
     translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=threads)
 
+    @timed
     def run(sources: list[list[int]], batch: int) -> list[list[int]]:
         pieces = [[*vocab.pieces(ids), "</s>"] for ids in sources]
         results = translator.translate_batch(
@@ -105,10 +110,10 @@ def ct2_engine(folder: Path, vocab, threads: int):
     return run
 
 
-def onmt_engine(model: Path, bin_dir: Path, out: Path, threads: int):
+def onmt_engine(model: Path, bin_dir: Path, out: Path, vocab, threads: int):
     """onmt_translate on piece text; the time is its own report, without loading the model."""
 
-    def run(sources: list[list[int]], batch: int, vocab) -> tuple[list[list[int]], float]:
+    def run(sources: list[list[int]], batch: int) -> tuple[list[list[int]], float]:
         src, hyp = out / f"onmt-{batch}.src", out / f"onmt-{batch}.hyp"
         src.write_text("\n".join(" ".join(vocab.pieces(ids)) for ids in sources) + "\n")
         command = [
@@ -128,14 +133,6 @@ def onmt_engine(model: Path, bin_dir: Path, out: Path, threads: int):
     return run
 
 
-def timed(engine, sources, batch, vocab):
-    if getattr(engine, "reports_time", False):
-        return engine(sources, batch, vocab)
-    start = time.perf_counter()
-    outputs = engine(sources, batch)
-    return outputs, time.perf_counter() - start
-
-
 def speed(args) -> None:
     data = PreparedData.load(args.prepared)
     vocab = data.vocab
@@ -151,16 +148,16 @@ def speed(args) -> None:
     export_ctranslate2(args.model, ct2_dir)
     export_ctranslate2(args.model, ct2_int8_dir, quantize="int8")
     engines = {
-        "transduce": transduce_engine(translator),
-        "transduce int8": transduce_engine(int8_translator(translator)),
+        "transduce": transduce_engine(translator.model, vocab),
+        "transduce int8": transduce_engine(quantized(translator.model), vocab),
         "hf generate": hf_engine(hf_dir, vocab.pad, vocab.eos),
         "ctranslate2": ct2_engine(ct2_dir, vocab, args.threads),
         "ctranslate2 int8": ct2_engine(ct2_int8_dir, vocab, args.threads),
     }
     if args.onmt_model:
-        onmt = onmt_engine(args.onmt_model, args.onmt_bin, args.out, args.threads)
-        onmt.reports_time = True
-        engines["opennmt-py (own weights)"] = onmt
+        engines["opennmt-py (own weights)"] = onmt_engine(
+            args.onmt_model, args.onmt_bin, args.out, vocab, args.threads
+        )
 
     cases = {64: sources, 1: sources[: args.batch_1_lines]}
     results = []
@@ -169,7 +166,7 @@ def speed(args) -> None:
         outputs: dict[str, list[list[int]]] = {}
         for _ in range(args.rounds):
             for name, engine in engines.items():
-                outputs[name], seconds = timed(engine, lines, batch, vocab)
+                outputs[name], seconds = engine(lines, batch)
                 times[name].append(seconds)
                 print(f"{name}, batch {batch}: {seconds:.2f} s", flush=True)
         for name in engines:

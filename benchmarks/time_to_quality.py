@@ -46,11 +46,9 @@ def transduce_curve(args) -> list[dict]:
 def onmt_curve(args) -> list[dict]:
     pieces = peers.export_pieces(args.prepared, args.out / "pieces")
     run = args.out / "run"
-    config = peers.onmt_config(pieces, run, "small", steps=10**6, report_every=100)
-    text = config.read_text().replace(
-        "save_checkpoint_steps: 1000000", f"save_checkpoint_steps: {args.every}"
+    config = peers.onmt_config(
+        pieces, run, "small", steps=10**6, report_every=100, save_every=args.every
     )
-    config.write_text(text)
     start = time.time()
     peers.run_measured(
         [str(args.onmt_bin / "onmt_train"), "-config", str(config)],

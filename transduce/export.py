@@ -45,20 +45,20 @@ def export_hf(run_dir: Path, out: Path, checkpoint: Path | None = None) -> Path:
     config = Config.from_dict(json.loads(state["config"])).model
     vocab = Vocab.load(run_dir / "vocab.model")
     _check_exportable(config)
-    family = hf_family(config)
-    settings = getattr(transformers, f"{family}Config")(**hf_settings(config, vocab))
-    model = getattr(transformers, HF_MODELS[family])(settings)
+    config_class, model_class = HF_ARCHITECTURES[config.pre_norm]
+    settings = getattr(transformers, config_class)(**hf_settings(config, vocab))
+    model = getattr(transformers, model_class)(settings)
     missing, unexpected = model.load_state_dict(hf_weights(state["model"], config), strict=False)
     # The model computes its sinusoid table itself; nothing else may be left over.
     missing = [k for k in missing if "embed_positions" not in k]
     if missing or unexpected:
         raise ExportError(
-            f"weights did not map onto {family}: missing {missing}, extra {unexpected}"
+            f"weights did not map onto {model_class}: missing {missing}, extra {unexpected}"
         )
     model.generation_config.max_length = config.max_positions
     model.save_pretrained(out)
     _write_tokenizer_files(run_dir / "vocab.model", vocab, Path(out))
-    logger.info("exported %s to %s (Hugging Face %s)", run_dir, out, HF_MODELS[family])
+    logger.info("exported %s to %s (Hugging Face %s)", run_dir, out, model_class)
     return Path(out)
 
 
@@ -107,21 +107,22 @@ def _our_conventions():
             config.bos_token = tokenizer.convert_ids_to_tokens(model.config.bos_token_id)
 
     registry = ct2_transformers._MODEL_LOADERS
-    originals = {name: registry[name] for name in ("MarianConfig", "PegasusConfig")}
-    registry["MarianConfig"] = OurLoader(HF_MODELS["Marian"], pre_norm=False)
-    registry["PegasusConfig"] = OurLoader(HF_MODELS["Pegasus"], pre_norm=True)
+    originals = {
+        config_class: registry[config_class] for config_class, _ in HF_ARCHITECTURES.values()
+    }
+    for pre_norm, (config_class, model_class) in HF_ARCHITECTURES.items():
+        registry[config_class] = OurLoader(model_class, pre_norm)
     try:
         yield
     finally:
         registry.update(originals)
 
 
-HF_MODELS = {"Marian": "MarianMTModel", "Pegasus": "PegasusForConditionalGeneration"}
-
-
-def hf_family(config: ModelConfig) -> str:
-    """The Hugging Face architecture that computes our model's function."""
-    return "Pegasus" if config.pre_norm else "Marian"
+# The Hugging Face (config, model) classes that compute our function, by `model.pre_norm`.
+HF_ARCHITECTURES = {
+    False: ("MarianConfig", "MarianMTModel"),
+    True: ("PegasusConfig", "PegasusForConditionalGeneration"),
+}
 
 
 def hf_settings(config: ModelConfig, vocab: Vocab) -> dict:
@@ -210,7 +211,7 @@ def _norm(ours: dict, src: str, dst: str, perm: Tensor) -> dict:
 
 
 def _check_exportable(config: ModelConfig) -> None:
-    family = hf_family(config)
+    family = HF_ARCHITECTURES[config.pre_norm][1]
     problems = []
     if config.positions != "sinusoidal":
         problems.append(f"learned positions ({family} has sinusoids)")
