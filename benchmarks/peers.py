@@ -286,7 +286,8 @@ SGEMM_PROBE = r"""
 import json, sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))
 best = {}
-for m, k, n in [(4096, 256, 1024), (4096, 1024, 256), (4096, 256, 8000), (1024, 1024, 1024), (2048, 2048, 2048)]:
+shapes = [(4096, 256, 1024), (4096, 1024, 256), (4096, 256, 8000), (1024, 1024, 1024), (2048,) * 3]
+for m, k, n in shapes:
     a, b = torch.randn(m, k), torch.randn(k, n)
     for _ in range(3):
         a @ b
@@ -299,7 +300,7 @@ print(json.dumps(best))
 
 
 def sgemm_peak(python: str, threads: int) -> dict[str, float]:
-    """float32 matrix-multiply GFLOP/s at shapes of the model and square ones; the max is the peak."""
+    """float32 matrix-product GFLOP/s at the model's shapes and square ones; the max is the peak."""
     output = subprocess.run(
         [python, "-c", SGEMM_PROBE, str(threads)],
         capture_output=True,

@@ -94,7 +94,7 @@ def main() -> None:
     ours = Path(sys.executable).parent
     toolkits = {"transduce": ours, **{k: Path(v) for k, v in (p.split("=", 1) for p in args.peer)}}
     pieces = peers.export_pieces(args.prepared, args.out / "pieces")
-    vocab_size = sum(1 for _ in open(pieces / "vocab.txt")) + 4
+    vocab_size = len((pieces / "vocab.txt").read_text().splitlines()) + 4
     peaks = [peers.sgemm_peak(sys.executable, args.threads)]
     runs = []
     for size in args.sizes:
@@ -118,7 +118,8 @@ def main() -> None:
     }
     print(f"\nsgemm peak {sgemm:.0f} GFLOP/s ({args.threads} threads)\n")
     print(
-        "| size | toolkit | target tokens/s (median) | x transduce | FLOP/s / sgemm peak | peak memory MiB |"
+        "| size | toolkit | target tokens/s (median) | x transduce | FLOP/s / sgemm peak "
+        "| peak memory MiB |"
     )
     print("|---|---|---|---|---|---|")
     for size in args.sizes:
@@ -140,8 +141,9 @@ def main() -> None:
             row["ratio_to_transduce"] = None if rate is None or not base else rate / base
             summary["rows"].append({"size": size, "toolkit": toolkit, "parameters": params, **row})
             fmt = lambda v, f: "—" if v is None else format(v, f)  # noqa: E731
+            ratio = fmt(row["ratio_to_transduce"], ".2f")
             print(
-                f"| {size} | {toolkit} | {fmt(rate, ',.0f')} | {fmt(row['ratio_to_transduce'], '.2f')} "
+                f"| {size} | {toolkit} | {fmt(rate, ',.0f')} | {ratio} "
                 f"| {fmt(row['sgemm_fraction'], '.0%')} | {row['peak_rss_mib']:,.0f} |"
             )
     (args.out / "results.json").write_text(json.dumps({**summary, "runs": runs}, indent=2))

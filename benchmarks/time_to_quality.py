@@ -1,7 +1,8 @@
 """Time to quality: wall minutes of training until dev BLEU (greedy, lowercased tokenized)
 first reaches a target, transduce vs OpenNMT-py, at the `small` size.
 
-    python benchmarks/time_to_quality.py --toolkit transduce --prepared DATA --out DIR --minutes 40
+    python benchmarks/time_to_quality.py --toolkit transduce --prepared DATA --out DIR \
+        --minutes 40 [--set train.lr_scale=... ...]
     python benchmarks/time_to_quality.py --toolkit onmt --onmt-bin VENV/bin --prepared DATA \
         --out DIR --minutes 40
 
@@ -30,9 +31,10 @@ from transduce.metrics import bleu
 def transduce_curve(args) -> list[dict]:
     run = args.out / "run"
     command = [
-        sys.executable, "-m", "transduce", "train", "--data", str(args.prepared), "--preset", "small",
-        "--out", str(run), "--max-minutes", str(args.minutes), "--max-steps", "1000000",
-        "--set", f"train.valid_every={args.every}", f"train.threads={args.threads}",
+        sys.executable, "-m", "transduce", "train", "--data", str(args.prepared),
+        "--preset", "small", "--out", str(run), "--max-minutes", str(args.minutes),
+        "--max-steps", "1000000",
+        "--set", f"train.valid_every={args.every}", f"train.threads={args.threads}", *args.set,
     ]  # fmt: skip
     peers.run_measured(command, args.out / "stdout.log", peers.thread_env(args.threads))
     records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
@@ -89,6 +91,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=250)
     parser.add_argument("--target", type=float, default=35.0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--set", nargs="*", default=[], help="transduce settings, key=value")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     curve = transduce_curve(args) if args.toolkit == "transduce" else onmt_curve(args)
@@ -97,6 +100,7 @@ def main() -> None:
         "toolkit": args.toolkit,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "target_bleu": args.target,
+        "settings": args.set if args.toolkit == "transduce" else "benchmarks/peers.py onmt_config",
         "reached": reached,
         "curve": curve,
     }

@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 . scripts/data-dir.sh
+# Lint first: a style slip fails in a second, not after the suite (rules: pyproject.toml).
+.venv/bin/ruff check --quiet transduce tests benchmarks
 exec .venv/bin/python -m pytest "$@"

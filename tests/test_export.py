@@ -48,7 +48,7 @@ def _sources(translator):
 
 
 def test_hugging_face_model_computes_our_function_and_greedy_translations(run_dir, tmp_path):
-    ours = Translator.load(run_dir)
+    ours = Translator.load(run_dir, device="cpu")  # beside a CPU reference
     theirs = transformers.AutoModelForSeq2SeqLM.from_pretrained(export_hf(run_dir, tmp_path / "hf"))
     expected = "PegasusForConditional" if ours.model.config.pre_norm else "MarianMT"
     assert type(theirs).__name__.startswith(expected)
@@ -68,7 +68,7 @@ def test_hugging_face_model_computes_our_function_and_greedy_translations(run_di
 
 def test_ctranslate2_reproduces_our_beam_search(run_dir, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
-    ours = Translator.load(run_dir)
+    ours = Translator.load(run_dir, device="cpu")  # beside a CPU reference
     expected = [h[0][0] for h in ours.translate(LINES, DecodeConfig(beam_size=4, alpha=0.0))]
     for quantize in (None, "int8"):
         out = export_ctranslate2(run_dir, tmp_path / f"ct2-{quantize}", quantize=quantize)

@@ -58,6 +58,8 @@ def _train_command(data: Path, out: Path, *settings: str, launcher=()) -> list[s
         "tiny",
         "--out",
         str(out),
+        "--device",  # gloo on the CPU: the same on any machine, one GPU or none
+        "cpu",
         "--set",
         *TOY,
         *settings,

@@ -52,12 +52,13 @@ def test_a_tiny_model_learns_to_reverse(toy_data, tmp_path):
     train(config, toy_data, tmp_path / "run")
     data = PreparedData.load(toy_data)
     test = data.text("test")
-    outputs = [h[0][0] for h in Translator.load(tmp_path / "run").translate(test.src)]
+    cpu = Translator.load(tmp_path / "run", device="cpu")  # where int8 runs, for the comparison
+    outputs = [h[0][0] for h in cpu.translate(test.src)]
     exact = sum(o == t for o, t in zip(outputs, test.tgt, strict=True)) / len(outputs)
     assert exact >= 0.8, list(zip(outputs, test.tgt, strict=True))[:5]
     assert (tmp_path / "run" / "curve.png").stat().st_size > 0
     # int8 decoding (translate --int8) keeps what the model learned
-    int8 = Translator.load(tmp_path / "run", int8=True)
+    int8 = Translator.load(tmp_path / "run", device="cpu", int8=True)
     assert not any(type(m) is torch.nn.Linear for m in int8.model.modules())  # all quantized
     outputs_int8 = [h[0][0] for h in int8.translate(test.src)]
     same = sum(a == b for a, b in zip(outputs, outputs_int8, strict=True)) / len(outputs)
@@ -84,7 +85,7 @@ def test_a_saved_model_loads_with_identical_outputs(toy_data, tmp_path):
     trainer = _trainer(toy_config(**{"train.max_steps": 20}), toy_data, tmp_path / "run")
     trainer.run()
     store = CheckpointStore(tmp_path / "run", 3)
-    loaded = Translator.load(tmp_path / "run", checkpoint=store.path(20)).model
+    loaded = Translator.load(tmp_path / "run", checkpoint=store.path(20), device="cpu").model
     src = torch.tensor([[4, 5, 6, 3]])
     tgt = torch.tensor([[2, 6, 5]])
     trainer.model.eval()

@@ -54,6 +54,22 @@ def test_cached_decoding_equals_full_forward(variant):
     torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-10)
 
 
+def test_a_long_cached_decode_and_one_after_a_forced_prefix_equal_the_full_forward():
+    model = tiny_model()
+    length = 41  # longer than any sentence of the other tests
+    tgt = torch.cat([torch.full((2, 1), BOS), torch.randint(4, 12, (2, length - 1))], dim=1)
+    full = model(SRC, tgt)
+    cache = model.init_cache(model.encode(SRC))
+    steps = [model.step(tgt[:, t : t + 1], cache) for t in range(length)]
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-10)
+    # a teacher-forced prefix, then steps on top of it (how a forced prefix would be decoded)
+    cache = model.init_cache(model.encode(SRC))
+    prefix, _ = model._decode(tgt[:, :5], cache)
+    steps = [model.step(tgt[:, t : t + 1], cache) for t in range(5, length)]
+    torch.testing.assert_close(prefix, full[:, :5], rtol=0, atol=1e-10)
+    torch.testing.assert_close(torch.stack(steps, dim=1), full[:, 5:], rtol=0, atol=1e-10)
+
+
 def test_beams_share_the_encoder_output_and_reorder_selects_rows(model):
     group = 3
     full = model(SRC, TGT_IN)

@@ -131,10 +131,14 @@ def beam_search(
         log_probs = _next_token_log_probs(
             model, history[:, -1:], cache, at_limit.repeat_interleave(k), (bos, eos, pad)
         )
-        vocab = log_probs.size(1)
-        candidates = (scores.view(-1, 1) + log_probs).view(-1, k * vocab)  # (n, k * V)
-        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k)
-        top_beam, top_token = top_index // vocab, top_index % vocab
+        # A sentence's 2k best of its k * V extensions are among each beam's own 2k best
+        # tokens: rank within rows first, then only the k * 2k survivors of each sentence.
+        per_beam = min(2 * k, log_probs.size(1))
+        beam_log_probs, beam_tokens = log_probs.topk(per_beam, dim=1)  # (n * k, per_beam)
+        extended = scores.view(-1, 1) + beam_log_probs  # log P of the extensions
+        top_scores, top_index = extended.view(-1, k * per_beam).topk(2 * k, dim=1)  # (n, 2k)
+        top_beam = top_index // per_beam
+        top_token = beam_tokens.view(-1, k * per_beam).gather(1, top_index)
         is_eos = top_token == eos
         _collect_ended(ended, sentences, history, top_scores, top_beam, is_eos, k, alpha)
 

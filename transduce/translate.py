@@ -128,8 +128,8 @@ def quantized(model: Transformer) -> Transformer:
     """Every nn.Linear with int8 weights and activations quantized per batch (dynamic).
 
     The tied embedding / output projection stays float32. On a 2-core CPU, `small` size,
-    beam 4, batch 64: 1.35x the sentences/s at -0.12 BLEU; at batch 1 it is 0.9x
-    (benchmarks/SPEED.md), so it is an option, not the default.
+    beam 4: 1.49x the sentences/s at batch 64 and 1.18x at batch 1, at +0.08 / -0.28 BLEU
+    (benchmarks/SPEED.md). An option, not the default: float32 reproduces the model exactly.
     """
     return torch.ao.quantization.quantize_dynamic(model.eval(), {nn.Linear}, dtype=torch.qint8)
 
