@@ -17,6 +17,7 @@ import argparse
 import json
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -46,6 +47,19 @@ def measured_matmul_tflops(n: int = 8192, repeats: int = 10) -> float:
 def datasheet_tflops() -> float | None:
     name = torch.cuda.get_device_name()
     return next((peak for chip, peak in DATASHEET_BF16_TFLOPS.items() if chip in name), None)
+
+
+SDPA_BACKENDS = {
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+
+
+def attention_kernel(name: str | None):
+    """PyTorch's own choice of fused attention kernel, or the one named."""
+    return sdpa_kernel([SDPA_BACKENDS[name]]) if name in SDPA_BACKENDS else nullcontext()
 
 
 def measure(data: PreparedData, name: str, precision: str, args) -> dict:
@@ -115,24 +129,17 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=25000)
     parser.add_argument("--warmup", type=int, default=20, help="updates not timed")
     parser.add_argument("--compile", action="store_true")
-    parser.add_argument("--sdpa", choices=["default", "efficient", "flash", "cudnn", "math"])
+    parser.add_argument("--sdpa", choices=["default", *SDPA_BACKENDS])
     parser.add_argument("--profile", action="store_true", help="print the top operators")
     args = parser.parse_args()
     data = PreparedData.load(args.prepared)
-    if args.sdpa and args.sdpa != "default":
-        backend = {
-            "efficient": SDPBackend.EFFICIENT_ATTENTION,
-            "flash": SDPBackend.FLASH_ATTENTION,
-            "cudnn": SDPBackend.CUDNN_ATTENTION,
-            "math": SDPBackend.MATH,
-        }[args.sdpa]
-        sdpa_kernel([backend]).__enter__()
     matmul = measured_matmul_tflops()
     datasheet = datasheet_tflops()
     rows = []
     for name in args.presets:
         for precision in args.precisions:
-            row = measure(data, name, precision, args)
+            with attention_kernel(args.sdpa):
+                row = measure(data, name, precision, args)
             row["mfu_datasheet"] = row["model_tflops"] / datasheet if datasheet else None
             row["mfu_measured_matmul"] = row["model_tflops"] / matmul
             rows.append(row)
