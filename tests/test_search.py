@@ -90,7 +90,7 @@ V = 5
 class ScriptedCache:
     prefixes: torch.Tensor  # (N, t) tokens fed so far
 
-    def reorder(self, index):
+    def reorder(self, index, group=None):
         self.prefixes = self.prefixes[index]
 
 
@@ -152,3 +152,18 @@ def test_hypotheses_never_exceed_the_length_limit():
     assert [len(h[0].tokens) for h in beams] == [3, 2]  # limit = |x| + 2, EOS included
     greedy = greedy_search(NeverEnds(), src, **SPECIALS, max_len_a=1.0, max_len_b=2)
     assert [len(t) for t in greedy] == [3, 2]
+
+
+def test_the_first_step_runs_one_row_per_sentence_then_k():
+    """BOS is every beam's only hypothesis at first: the model sees B rows, then B * k."""
+    model, src = tiny_model(2), _sources()
+    rows_per_step = []
+    step = model.step
+
+    def recording_step(tokens, cache):
+        rows_per_step.append(tokens.size(0))
+        return step(tokens, cache)
+
+    model.step = recording_step
+    beam_search(model, src, **SPECIALS, beam_size=3, max_len_b=6)
+    assert rows_per_step[:2] == [5, 15]

@@ -86,6 +86,23 @@ def test_beams_share_the_encoder_output_and_reorder_selects_rows(model):
     torch.testing.assert_close(out, full[1, 3].expand(3, -1), rtol=0, atol=1e-10)
 
 
+def test_reorder_widens_one_row_per_sentence_into_beams(model):
+    """Beam search's first step runs one row per sentence, then widens to k."""
+    full = model(SRC, TGT_IN)
+    cache = model.init_cache(model.encode(SRC), 1)
+    model.step(TGT_IN[:, :1], cache)
+    cache.reorder(torch.tensor([0, 0, 0, 1, 1, 1]), group=3)
+    assert cache.group == 3 and cache.layers[0].cross_k.size(0) == SRC.size(0)
+    assert cache.layers[0].self_k.size(0) == 6
+    rows = TGT_IN.repeat_interleave(3, dim=0)
+    out = model.step(rows[:, 1:2], cache)
+    torch.testing.assert_close(out, full[:, 1].repeat_interleave(3, dim=0), rtol=0, atol=1e-10)
+    # then drop sentence 0: its three rows go, sentence 1's stay in the new order
+    cache.reorder(torch.tensor([5, 3, 4]))
+    out = model.step(rows[[5, 3, 4], 2:3], cache)
+    torch.testing.assert_close(out, full[1, 2].expand(3, -1), rtol=0, atol=1e-10)
+
+
 def test_attention_maps_use_the_reference_path_and_agree_with_the_fused_one(model):
     logits, maps = model.attention_maps(SRC, TGT_IN)
     torch.testing.assert_close(logits, model(SRC, TGT_IN), rtol=0, atol=1e-12)

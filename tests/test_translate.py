@@ -34,10 +34,11 @@ def test_int8_replaces_every_linear_layer_and_stays_close_to_float32():
     model = tiny_model(dtype=torch.float32, d_model=64, d_ff=128, h=4, d_k=16, d_v=16)
     int8 = quantized(model)
     dynamic_linear = torch.ao.nn.quantized.dynamic.Linear
-    n_linear = sum(type(m) is torch.nn.Linear for m in model.modules())
+    n_linear = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     assert n_linear == 2 * (4 + 2) + 2 * (8 + 2)  # per layer: attention maps, FFN
     assert sum(type(m) is dynamic_linear for m in int8.modules()) == n_linear
-    assert not any(type(m) is torch.nn.Linear for m in int8.modules())
+    assert not any(isinstance(m, torch.nn.Linear) for m in int8.modules())
+    assert all(type(m) is not torch.nn.Linear for m in model.modules())  # the float model is kept
     src, tgt = torch.tensor([[4, 5, 6, 7, 3]]), torch.tensor([[2, 8, 9, 10]])
     with torch.no_grad():
         exact, approx = model(src, tgt), int8(src, tgt)

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .matmul import Linear
+
 
 def padding_mask(tokens: Tensor, pad: int) -> Tensor:
     """(B, T) True where a token is real, False at padding."""
@@ -56,10 +58,10 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.h, self.d_k, self.d_v = h, d_k, d_v
         self.dropout = dropout
-        self.w_q = nn.Linear(d_model, h * d_k)
-        self.w_k = nn.Linear(d_model, h * d_k)
-        self.w_v = nn.Linear(d_model, h * d_v)
-        self.w_o = nn.Linear(h * d_v, d_model)
+        self.w_q = Linear(d_model, h * d_k)
+        self.w_k = Linear(d_model, h * d_k)
+        self.w_v = Linear(d_model, h * d_v)
+        self.w_o = Linear(h * d_v, d_model)
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of x (B, T, d_model): (B, h, T, d_k) and (B, h, T, d_v)."""

@@ -44,12 +44,14 @@ class DecoderCache:
     group: int = 1
     length: int = field(default=0)  # target positions already decoded
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, group: int | None = None) -> None:
         """Keep rows `index` (N',), in that order: beam selection and dropping finished sentences.
 
-        The rows of one sentence must stay together, `group` of them, as beam search keeps them.
+        The rows of one sentence stay together, `group` of them from now on (default: as many as
+        before; beam search widens from 1 to k after its first step).
         """
-        sentences = index.view(-1, self.group)[:, 0] // self.group
+        group = group or self.group
+        sentences = index.view(-1, group)[:, 0] // self.group
         same_sentences = sentences.numel() == self.src_pad_mask.size(0) and bool(
             (sentences == torch.arange(sentences.numel(), device=index.device)).all()
         )
@@ -62,3 +64,4 @@ class DecoderCache:
                 layer.cross_v = layer.cross_v.index_select(0, sentences)
         if not same_sentences:
             self.src_pad_mask = self.src_pad_mask.index_select(0, sentences)
+        self.group = group

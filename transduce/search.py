@@ -15,7 +15,8 @@ from torch import Tensor
 
 
 class Cache(Protocol):
-    def reorder(self, index: Tensor) -> None: ...
+    def reorder(self, index: Tensor, group: int | None = None) -> None:
+        """Keep rows `index`; from then on `group` rows per sentence (None: as before)."""
 
 
 class Decoder(Protocol):
@@ -114,43 +115,49 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """Batched beam search; src (B, S) -> for each sentence its n_best hypotheses, best first.
 
-    Each step ranks the beams' k * V extensions by log-probability. An EOS among the k best
-    ends a hypothesis, scored with the length penalty; the k best others go on. A sentence stops
-    when it has k ended hypotheses or reaches its length limit, and leaves the batch.
+    Each step ranks the beams' k * V extensions by log-probability (the first step: the V
+    extensions of BOS, one row per sentence). An EOS among the k best ends a hypothesis, scored
+    with the length penalty; the k best others go on. A sentence stops when it has k ended
+    hypotheses or reaches its length limit, and leaves the batch.
     """
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
-    cache = model.init_cache(model.encode(src), k)
+    # The first step has one hypothesis per sentence (BOS), so it runs one row per sentence;
+    # from then on each sentence has `width` rows, k once there are k candidates to keep.
+    cache = model.init_cache(model.encode(src), 1)
     sentences = torch.arange(src.size(0), device=device)  # the sentence of each live entry
-    scores = torch.full((src.size(0), k), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # one live beam to start with, so the first step has no duplicates
-    history = torch.full((src.size(0) * k, 1), bos, dtype=torch.long, device=device)
+    scores = torch.zeros(src.size(0), 1, device=device)  # (n, width) log P of each hypothesis
+    history = torch.full((src.size(0), 1), bos, dtype=torch.long, device=device)
     ended: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     for t in range(1, int(limit.max()) + 1):
+        width = scores.size(1)
         at_limit = limit[sentences] <= t  # (n,)
         log_probs = _next_token_log_probs(
-            model, history[:, -1:], cache, at_limit.repeat_interleave(k), (bos, eos, pad)
+            model, history[:, -1:], cache, at_limit.repeat_interleave(width), (bos, eos, pad)
         )
-        # A sentence's 2k best of its k * V extensions are among each beam's own 2k best
-        # tokens: rank within rows first, then only the k * 2k survivors of each sentence.
-        per_beam = min(2 * k, log_probs.size(1))
-        beam_log_probs, beam_tokens = log_probs.topk(per_beam, dim=1)  # (n * k, per_beam)
-        extended = scores.view(-1, 1) + beam_log_probs  # log P of the extensions
-        top_scores, top_index = extended.view(-1, k * per_beam).topk(2 * k, dim=1)  # (n, 2k)
-        top_beam = top_index // per_beam
-        top_token = beam_tokens.view(-1, k * per_beam).gather(1, top_index)
+        # A sentence's 2k best of its width * V extensions are among each row's own 2k best
+        # tokens: rank within rows first, then only the width * 2k survivors of each sentence.
+        per_row = min(2 * k, log_probs.size(1))
+        row_log_probs, row_tokens = log_probs.topk(per_row, dim=1)  # (n * width, per_row)
+        extended = scores.view(-1, 1) + row_log_probs  # log P of the extensions
+        n_candidates = min(2 * k, width * per_row)
+        top_scores, top_index = extended.view(-1, width * per_row).topk(n_candidates, dim=1)
+        top_row = top_index // per_row  # (n, n_candidates): which of the sentence's rows
+        top_token = row_tokens.view(-1, width * per_row).gather(1, top_index)
         is_eos = top_token == eos
-        _collect_ended(ended, sentences, history, top_scores, top_beam, is_eos, k, alpha)
+        _collect_ended(ended, sentences, history, top_scores, top_row, is_eos, k, alpha)
 
-        live_scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
-        next_beam, next_token = top_beam.gather(1, order), top_token.gather(1, order)
+        live_scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(
+            min(k, n_candidates), dim=1
+        )
+        next_row, next_token = top_row.gather(1, order), top_token.gather(1, order)
         finished = torch.tensor([len(ended[s]) >= k for s in sentences.tolist()], device=device)
         finished |= live_scores[:, 0] == float("-inf")  # none left, as at the length limit
         keep = (~finished).nonzero().flatten()
         if keep.numel() == 0:
             break
-        rows = (keep[:, None] * k + next_beam[keep]).flatten()  # (n' * k,) rows of the old batch
-        cache.reorder(rows)
+        rows = (keep[:, None] * width + next_row[keep]).flatten()  # (n' * k,) rows of the old batch
+        cache.reorder(rows, group=live_scores.size(1))
         history = torch.cat([history[rows], next_token[keep].view(-1, 1)], dim=1)
         scores, sentences = live_scores[keep], sentences[keep]
     return [sorted(h, key=lambda hyp: -hyp.score)[:n_best] for h in ended]
@@ -161,7 +168,7 @@ def _collect_ended(
     sentences: Tensor,
     history: Tensor,
     top_scores: Tensor,
-    top_beam: Tensor,
+    top_row: Tensor,
     is_eos: Tensor,
     k: int,
     alpha: float,
@@ -171,8 +178,9 @@ def _collect_ended(
     An EOS ranked below k would not have been kept by a beam of k, so it does not count.
     """
     ending = is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))
+    width = history.size(0) // sentences.size(0)
     for i, j in ending.nonzero().tolist():
-        tokens = history[i * k + int(top_beam[i, j]), 1:].tolist()
+        tokens = history[i * width + int(top_row[i, j]), 1:].tolist()
         log_prob = float(top_scores[i, j])
         score = log_prob / length_penalty(len(tokens) + 1, alpha)
         ended[int(sentences[i])].append(Hypothesis(tokens, log_prob, score))

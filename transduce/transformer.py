@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from .attention import MultiHeadAttention, padding_mask
 from .cache import DecoderCache, LayerCache
 from .config import ModelConfig
+from .matmul import Linear, linear
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
@@ -70,8 +71,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
-        self.w_1 = nn.Linear(d_model, d_ff)
-        self.w_2 = nn.Linear(d_ff, d_model)
+        self.w_1 = Linear(d_model, d_ff)
+        self.w_2 = Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w_2(torch.relu(self.w_1(x)))
@@ -192,7 +193,7 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else nn.Identity()
         self.output = (
-            None if config.tie_output else nn.Linear(config.d_model, config.vocab_size, bias=False)
+            None if config.tie_output else Linear(config.d_model, config.vocab_size, bias=False)
         )
         self._init_linear_weights()
 
@@ -272,7 +273,7 @@ class Transformer(nn.Module):
         cache.length += tgt_in.size(1)
         x = self.decoder_norm(x)
         weight = self.tgt_embed.tokens.weight if self.output is None else self.output.weight
-        return x @ weight.t(), (self_weights, cross_weights)  # (N, T, V)
+        return linear(x, weight), (self_weights, cross_weights)  # (N, T, V)
 
 
 def count_parameters(model: nn.Module) -> int:

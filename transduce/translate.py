@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from pathlib import Path
@@ -13,6 +14,7 @@ from .batching import collate
 from .bpe import Vocab
 from .checkpoint import CheckpointStore, load
 from .config import Config, DecodeConfig
+from .matmul import as_torch_linears, packed_for_inference
 from .runtime import pick_device
 from .search import Hypothesis, beam_search
 from .transformer import Transformer
@@ -36,24 +38,25 @@ def decode_ids(
     cap = model.config.max_positions if model.config.positions == "learned" else None
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
-    for start in range(0, len(order), decode.batch_size):
-        chunk = order[start : start + decode.batch_size]
-        batch = collate([(sources[i], []) for i in chunk], vocab.pad, vocab.bos, vocab.eos)
-        hypotheses = beam_search(
-            model,
-            batch.src.to(device),
-            bos=vocab.bos,
-            eos=vocab.eos,
-            pad=vocab.pad,
-            beam_size=decode.beam_size,
-            alpha=decode.alpha,
-            max_len_a=decode.max_len_a,
-            max_len_b=decode.max_len_b,
-            n_best=decode.n_best,
-            max_len=cap,
-        )
-        for i, hyps in zip(chunk, hypotheses, strict=True):
-            results[i] = hyps
+    with packed_for_inference(model):
+        for start in range(0, len(order), decode.batch_size):
+            chunk = order[start : start + decode.batch_size]
+            batch = collate([(sources[i], []) for i in chunk], vocab.pad, vocab.bos, vocab.eos)
+            hypotheses = beam_search(
+                model,
+                batch.src.to(device),
+                bos=vocab.bos,
+                eos=vocab.eos,
+                pad=vocab.pad,
+                beam_size=decode.beam_size,
+                alpha=decode.alpha,
+                max_len_a=decode.max_len_a,
+                max_len_b=decode.max_len_b,
+                n_best=decode.n_best,
+                max_len=cap,
+            )
+            for i, hyps in zip(chunk, hypotheses, strict=True):
+                results[i] = hyps
     return results
 
 
@@ -131,7 +134,8 @@ def quantized(model: Transformer) -> Transformer:
     beam 4: 1.49x the sentences/s at batch 64 and 1.18x at batch 1, at +0.08 / -0.28 BLEU
     (benchmarks/SPEED.md). An option, not the default: float32 reproduces the model exactly.
     """
-    return torch.ao.quantization.quantize_dynamic(model.eval(), {nn.Linear}, dtype=torch.qint8)
+    plain = as_torch_linears(copy.deepcopy(model).eval())  # it matches nn.Linear by exact type
+    return torch.ao.quantization.quantize_dynamic(plain, {nn.Linear}, torch.qint8, inplace=True)
 
 
 def default_checkpoint(run_dir: Path) -> Path:

@@ -1,0 +1,159 @@
+"""Float32 matrix products on the CPU through oneDNN instead of MKL.
+
+PyTorch hands a float32 `linear` on the CPU to MKL's sgemm. MKL picks its fast kernels by CPU
+vendor: on the AMD EPYC of our benchmark machine it runs at 150-175 GFLOP/s on 2 threads, where
+oneDNN (shipped inside PyTorch, used by its compiler for frozen CPU graphs) runs the same float32
+product at 350-380 GFLOP/s, accumulating in float32 all the same (benchmarks/SPEED.md). Every
+matrix product of the model's linear layers and tied output projection goes through `linear`
+below, forward and backward, so both training and decoding gain.
+
+The route is taken only for float32 CPU tensors outside autocast, when this build of PyTorch has
+the oneDNN operator; anything else (GPUs, float64 tests, bf16) is torch's own `F.linear`.
+Set TRANSDUCE_CPU_MATMUL=torch, or call `use_onednn(False)`, to compare or to opt out.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+_available = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+_enabled = _available and os.environ.get("TRANSDUCE_CPU_MATMUL", "onednn") != "torch"
+# Weights reordered once into oneDNN's blocked layout for decoding: id(weight) -> (weight, the
+# weight's version when packed, packed copy). Filled only inside `packed_for_inference`.
+_packed: dict[int, tuple[Tensor, int, Tensor]] = {}
+PACKED_FOR_ROWS = 64  # the row count oneDNN tunes the layout for; 64-256 rows decode alike
+
+
+def use_onednn(enabled: bool) -> bool:
+    """Route float32 CPU products through oneDNN (when it is available); returns the old value."""
+    global _enabled
+    old, _enabled = _enabled, enabled and _available
+    return old
+
+
+def onednn_enabled() -> bool:
+    return _enabled
+
+
+def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x (M, K) @ weight (N, K)^T + bias: oneDNN's fused matmul; strided views are read as is."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _OneDnnLinear(torch.autograd.Function):
+    """y = x W^T + b with the backward's two products also in oneDNN:
+    dL/dx = g W and dL/dW = g^T x, each written as a product with a transposed view."""
+
+    @staticmethod
+    def forward(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:  # x (M, K)
+        return _onednn(x, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, weight, bias = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # grad (M, N)
+        x, weight = ctx.saved_tensors
+        grad_x = _onednn(grad, weight.t(), None) if ctx.needs_input_grad[0] else None  # (M, K)
+        grad_w = None
+        if ctx.needs_input_grad[1]:  # (N, K); oneDNN is 1.5-1.7x faster with the wider side last
+            n_out, n_in = weight.shape
+            if n_out <= n_in:
+                grad_w = _onednn(grad.t(), x.t(), None)
+            else:
+                grad_w = _onednn(x.t(), grad.t(), None).t()  # (K, N) -> (N, K)
+        grad_b = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b
+
+
+def _takes_onednn(x: Tensor, weight: Tensor) -> bool:
+    return (
+        _enabled
+        and x.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and not torch.is_autocast_enabled("cpu")
+        and x.numel() > 0
+    )
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """F.linear(x, weight, bias), x (..., K) -> (..., N), through oneDNN where that is faster."""
+    if not _takes_onednn(x, weight):
+        return F.linear(x, weight, bias)
+    flat = x.reshape(-1, x.size(-1))  # (M, K)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        out = _OneDnnLinear.apply(flat, weight, bias)
+    else:  # decoding: no autograd node to build, and the weight may be prepacked
+        out = _onednn(flat, _packed_or_plain(weight), bias)
+    return out.view(*x.shape[:-1], weight.size(0))
+
+
+def _packed_or_plain(weight: Tensor) -> Tensor:
+    entry = _packed.get(id(weight))
+    # A weight changed in place since it was packed (an optimizer step) is read as it is now.
+    if entry is None or entry[0] is not weight or entry[1] != weight._version:
+        return weight
+    return entry[2]
+
+
+@contextmanager
+def packed_for_inference(model: nn.Module) -> Iterator[None]:
+    """Within: `linear` reads the model's float32 CPU weights prepacked for oneDNN.
+
+    Decoding runs the same weights through thousands of small products, and oneDNN otherwise
+    reorders each weight on every call: prepacking makes beam search's products 7-20% faster
+    at 64-256 rows and 2.5x at 4 (batch 1), bit for bit the same (benchmarks/SPEED.md). The
+    copies cost the weights' memory again; they are dropped on exit.
+    """
+    added = []
+    if _enabled:
+        for weight in _linear_weights(model):
+            if id(weight) not in _packed:
+                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS)
+                _packed[id(weight)] = (weight, weight._version, packed)
+                added.append(id(weight))
+    try:
+        yield
+    finally:
+        for key in added:
+            _packed.pop(key, None)
+
+
+def _linear_weights(model: nn.Module) -> list[Tensor]:
+    """The 2-D float32 CPU parameters a product can read: linear layers' and embeddings' (the
+    tied output projection)."""
+    return [
+        p
+        for p in model.parameters()
+        if p.dim() == 2 and p.dtype == torch.float32 and p.device.type == "cpu"
+    ]
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters, same checkpoint names) whose product is `linear` above."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+def as_torch_linears(model: nn.Module) -> nn.Module:
+    """Swap every `Linear` for a plain nn.Linear sharing its parameters, in place, for tools
+    that match modules by exact type (dynamic quantization)."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is Linear:
+                plain = nn.Linear(  # built on "meta": no memory, no initialisation
+                    child.in_features, child.out_features, child.bias is not None, device="meta"
+                )
+                plain.weight, plain.bias = child.weight, child.bias
+                setattr(parent, name, plain)
+    return model
