@@ -7,9 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import tiny_model
+from tests.conftest import BOS, EOS, PAD, tiny_model
 from transduce import matmul
 from transduce.matmul import Linear, as_torch_linears, linear
+from transduce.search import beam_search
 
 pytestmark = pytest.mark.skipif(not matmul._available, reason="this torch has no oneDNN")
 
@@ -65,6 +66,34 @@ def test_only_what_needs_a_gradient_is_computed(onednn_calls):
     assert x.grad is None and weight.grad.shape == (6, 8)
 
 
+def test_a_bias_alone_still_gets_its_gradient(onednn_calls):
+    x, weight, bias = torch.randn(5, 8), torch.randn(6, 8), torch.zeros(6, requires_grad=True)
+    linear(x, weight, bias).sum().backward()
+    torch.testing.assert_close(bias.grad, torch.full((6,), 5.0))
+
+
+@pytest.mark.parametrize("n_out, n_in", [(12, 8), (8, 12)])
+def test_odd_layouts_a_summed_loss_and_a_vector(onednn_calls, n_out, n_in):
+    # .sum() sends back a gradient with zero strides; x.t() is a transposed view
+    x = torch.randn(n_in, 5).t().requires_grad_()
+    weight = torch.randn(n_out, n_in, requires_grad=True)
+    linear(x, weight).sum().backward()
+    ours = x.grad.clone(), weight.grad.clone()
+    x.grad = weight.grad = None
+    F.linear(x, weight).sum().backward()
+    torch.testing.assert_close(ours, (x.grad, weight.grad), rtol=1e-5, atol=1e-5)
+    vector = torch.randn(n_in)
+    torch.testing.assert_close(linear(vector, weight), F.linear(vector, weight))
+
+
+def test_second_derivatives_fail_loudly(onednn_calls):
+    x = torch.randn(5, 8, requires_grad=True)
+    weight = torch.randn(6, 8, requires_grad=True)
+    (grad_x,) = torch.autograd.grad(linear(x, weight).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"once_differentiable|differentiate"):
+        grad_x.sum().backward()
+
+
 def test_inference_builds_no_graph(onednn_calls):
     layer = Linear(8, 6)
     with torch.no_grad():
@@ -85,18 +114,51 @@ def test_only_float32_cpu_outside_autocast_takes_the_route(onednn_calls):
     assert onednn_calls == []
 
 
-def test_a_model_decodes_the_same_either_way():
-    model = tiny_model(dtype=torch.float32)
-    src, tgt = torch.tensor([[4, 5, 6, 7, 3]]), torch.tensor([[2, 8, 9, 10]])
-    old = matmul.use_onednn(True)
-    try:
-        with torch.no_grad():
-            fast = model(src, tgt)
-            matmul.use_onednn(False)
-            reference = model(src, tgt)
-    finally:
-        matmul.use_onednn(old)
-    torch.testing.assert_close(fast, reference, rtol=1e-5, atol=1e-5)
+def test_packed_weights_give_the_same_products_and_never_go_stale(onednn_calls):
+    layer = Linear(8, 6)
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        plain = layer(x)
+        with matmul.packed_for_inference():
+            assert matmul._packed == {}  # packed on first use, not before
+            packed = layer(x)
+            assert len(matmul._packed) == 1
+            layer.weight.add_(1.0)  # an optimizer step inside: packed afresh
+            changed = layer(x)
+        assert matmul._packed == {}  # dropped on exit
+    assert onednn_calls == ["plain", "packed", "packed"]
+    torch.testing.assert_close(packed, plain, rtol=0, atol=0)
+    torch.testing.assert_close(changed, plain + x.sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
+
+
+def test_packed_weights_are_dropped_by_the_outermost_exit_even_on_error(onednn_calls):
+    layer = Linear(8, 6)
+    with torch.no_grad(), pytest.raises(KeyboardInterrupt), matmul.packed_for_inference():
+        with matmul.packed_for_inference():
+            layer(torch.randn(2, 8))
+        assert len(matmul._packed) == 1  # the inner exit keeps them
+        raise KeyboardInterrupt
+    assert matmul._packed == {}
+
+
+def test_beam_search_finds_the_same_translations_either_way(onednn_calls):
+    model = tiny_model(dtype=torch.float32, vocab_size=16)
+    torch.manual_seed(3)
+    src = torch.randint(4, 16, (6, 7))
+    src[:, -1], src[2, 4:] = EOS, torch.tensor([EOS, PAD, PAD])
+
+    def decode():
+        hypotheses = beam_search(model, src, bos=BOS, eos=EOS, pad=PAD, beam_size=3, n_best=2)
+        return [[(h.tokens, h.score) for h in hyps] for hyps in hypotheses]
+
+    with matmul.packed_for_inference():
+        fast = decode()
+    assert "packed" in onednn_calls and "plain" not in onednn_calls
+    matmul.use_onednn(False)
+    reference = decode()
+    assert [[t for t, _ in hyps] for hyps in fast] == [[t for t, _ in hyps] for hyps in reference]
+    for ours, theirs in zip(fast, reference, strict=True):
+        assert [s for _, s in ours] == pytest.approx([s for _, s in theirs], abs=1e-5)
 
 
 def test_as_torch_linears_shares_parameters_and_outputs():
@@ -110,21 +172,6 @@ def test_as_torch_linears_shares_parameters_and_outputs():
         after = model(src, tgt)
     assert n_linear > 0 and not any(type(m) is Linear for m in model.modules())
     assert sum(type(m) is torch.nn.Linear for m in model.modules()) == n_linear
+    assert not any(m.training for m in model.modules())  # eval mode kept
     assert {id(p) for p in model.parameters()} == parameters
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
-
-
-def test_packed_weights_give_the_same_products_and_never_go_stale(onednn_calls):
-    layer = Linear(8, 6)
-    x = torch.randn(5, 8)
-    with torch.no_grad():
-        plain = layer(x)
-        with matmul.packed_for_inference(layer):
-            assert len(matmul._packed) == 1
-            packed = layer(x)
-            layer.weight.add_(1.0)  # an optimizer step inside: the packed copy is stale
-            changed = layer(x)
-        assert matmul._packed == {}  # dropped on exit
-    assert onednn_calls == ["plain", "packed", "plain"]
-    torch.testing.assert_close(packed, plain, rtol=0, atol=0)
-    torch.testing.assert_close(changed, plain + x.sum(1, keepdim=True), rtol=1e-5, atol=1e-5)

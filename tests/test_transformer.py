@@ -103,6 +103,17 @@ def test_reorder_widens_one_row_per_sentence_into_beams(model):
     torch.testing.assert_close(out, full[1, 2].expand(3, -1), rtol=0, atol=1e-10)
 
 
+def test_reorder_widens_and_drops_a_sentence_at_once(model):
+    """A sentence that ends at the first step leaves as the others widen."""
+    full = model(SRC, TGT_IN)
+    cache = model.init_cache(model.encode(SRC), 1)
+    model.step(TGT_IN[:, :1], cache)
+    cache.reorder(torch.tensor([1, 1, 1]), group=3)
+    assert cache.layers[0].cross_k.size(0) == 1 and cache.src_pad_mask.size(0) == 1
+    out = model.step(TGT_IN[1:, 1:2].expand(3, 1), cache)
+    torch.testing.assert_close(out, full[1, 1].expand(3, -1), rtol=0, atol=1e-10)
+
+
 def test_attention_maps_use_the_reference_path_and_agree_with_the_fused_one(model):
     logits, maps = model.attention_maps(SRC, TGT_IN)
     torch.testing.assert_close(logits, model(SRC, TGT_IN), rtol=0, atol=1e-12)

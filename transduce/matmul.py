@@ -1,15 +1,17 @@
 """Float32 matrix products on the CPU through oneDNN instead of MKL.
 
 PyTorch hands a float32 `linear` on the CPU to MKL's sgemm. MKL picks its fast kernels by CPU
-vendor: on the AMD EPYC of our benchmark machine it runs at 150-175 GFLOP/s on 2 threads, where
+vendor: on the AMD EPYC of our benchmark machine it runs at 130-185 GFLOP/s on 2 threads, where
 oneDNN (shipped inside PyTorch, used by its compiler for frozen CPU graphs) runs the same float32
-product at 350-380 GFLOP/s, accumulating in float32 all the same (benchmarks/SPEED.md). Every
-matrix product of the model's linear layers and tied output projection goes through `linear`
-below, forward and backward, so both training and decoding gain.
+product at 210-390 GFLOP/s, accumulating in float32 all the same (benchmarks/SPEED.md,
+`benchmarks/cpu_matmul.py` measures a machine). Every product of the model's linear layers and
+tied output projection goes through `linear` below, forward and backward, so training and
+decoding both gain.
 
-The route is taken only for float32 CPU tensors outside autocast, when this build of PyTorch has
-the oneDNN operator; anything else (GPUs, float64 tests, bf16) is torch's own `F.linear`.
-Set TRANSDUCE_CPU_MATMUL=torch, or call `use_onednn(False)`, to compare or to opt out.
+The route is taken only for float32 CPU tensors outside autocast and outside `torch.compile`
+(whose CPU backend makes its own oneDNN calls), when this build of PyTorch has the operator;
+anything else (GPUs, the float64 tests, bf16) is torch's own `F.linear`. Set
+TRANSDUCE_CPU_MATMUL=torch, or call `use_onednn(False)`, to compare or to opt out.
 """
 
 from __future__ import annotations
@@ -21,13 +23,17 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 _available = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 _enabled = _available and os.environ.get("TRANSDUCE_CPU_MATMUL", "onednn") != "torch"
-# Weights reordered once into oneDNN's blocked layout for decoding: id(weight) -> (weight, the
-# weight's version when packed, packed copy). Filled only inside `packed_for_inference`.
+
+# Decoding's weights reordered into oneDNN's blocked layout, made on first use inside
+# `packed_for_inference` and dropped when the outermost one exits: id(weight) -> (the weight,
+# its version when packed, the packed copy). Holding the weight keeps its id from being reused.
 _packed: dict[int, tuple[Tensor, int, Tensor]] = {}
-PACKED_FOR_ROWS = 64  # the row count oneDNN tunes the layout for; 64-256 rows decode alike
+_packing_depth = 0
+PACKED_FOR_ROWS = 64  # the row count oneDNN tunes the layout for; 4-256 rows gain alike
 
 
 def use_onednn(enabled: bool) -> bool:
@@ -42,7 +48,8 @@ def onednn_enabled() -> bool:
 
 
 def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """x (M, K) @ weight (N, K)^T + bias: oneDNN's fused matmul; strided views are read as is."""
+    """x (M, K) @ weight (N, K)^T + bias in oneDNN. A transposed `weight` view is read in place;
+    the operator makes `x` contiguous itself."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
@@ -61,6 +68,7 @@ class _OneDnnLinear(torch.autograd.Function):
         ctx.has_bias = bias is not None
 
     @staticmethod
+    @once_differentiable  # the operator has no derivative of its own: second order would be lost
     def backward(ctx, grad: Tensor):  # grad (M, N)
         x, weight = ctx.saved_tensors
         grad_x = _onednn(grad, weight.t(), None) if ctx.needs_input_grad[0] else None  # (M, K)
@@ -75,13 +83,21 @@ class _OneDnnLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+def _autocast_on_cpu() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled()
+
+
 def _takes_onednn(x: Tensor, weight: Tensor) -> bool:
     return (
         _enabled
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
-        and not torch.is_autocast_enabled("cpu")
         and x.numel() > 0
+        and not _autocast_on_cpu()
+        and not torch.compiler.is_compiling()
     )
 
 
@@ -90,7 +106,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if not _takes_onednn(x, weight):
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.size(-1))  # (M, K)
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+    if torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, weight, bias)
+    ):
         out = _OneDnnLinear.apply(flat, weight, bias)
     else:  # decoding: no autograd node to build, and the weight may be prepacked
         out = _onednn(flat, _packed_or_plain(weight), bias)
@@ -98,44 +116,36 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 def _packed_or_plain(weight: Tensor) -> Tensor:
-    entry = _packed.get(id(weight))
-    # A weight changed in place since it was packed (an optimizer step) is read as it is now.
-    if entry is None or entry[0] is not weight or entry[1] != weight._version:
+    if _packing_depth == 0 or weight.is_inference():  # no version counter to check against
         return weight
+    entry = _packed.get(id(weight))
+    # A weight changed in place since it was packed (an optimizer step) is packed afresh.
+    # Changes made through `.data` bypass the version counter: none are made here.
+    if entry is None or entry[0] is not weight or entry[1] != weight._version:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS)
+        entry = _packed[id(weight)] = (weight, weight._version, packed)
     return entry[2]
 
 
 @contextmanager
-def packed_for_inference(model: nn.Module) -> Iterator[None]:
-    """Within: `linear` reads the model's float32 CPU weights prepacked for oneDNN.
+def packed_for_inference() -> Iterator[None]:
+    """Within: products without gradients read their weights prepacked for oneDNN.
 
     Decoding runs the same weights through thousands of small products, and oneDNN otherwise
-    reorders each weight on every call: prepacking makes beam search's products 7-20% faster
-    at 64-256 rows and 2.5x at 4 (batch 1), bit for bit the same (benchmarks/SPEED.md). The
-    copies cost the weights' memory again; they are dropped on exit.
+    reorders each weight on every call: prepacked, beam search's products are bit for bit the
+    same and 1.1-1.3x faster at 64-256 rows, 2.5x at 4 (batch 1; benchmarks/SPEED.md). A weight
+    is packed on its first product, so only the weights products read are copied; the copies
+    are dropped when the outermost context exits. Not for several threads decoding at once: the
+    first to leave drops the others' copies (they stay correct, only slower).
     """
-    added = []
-    if _enabled:
-        for weight in _linear_weights(model):
-            if id(weight) not in _packed:
-                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS)
-                _packed[id(weight)] = (weight, weight._version, packed)
-                added.append(id(weight))
+    global _packing_depth
+    _packing_depth += 1
     try:
         yield
     finally:
-        for key in added:
-            _packed.pop(key, None)
-
-
-def _linear_weights(model: nn.Module) -> list[Tensor]:
-    """The 2-D float32 CPU parameters a product can read: linear layers' and embeddings' (the
-    tied output projection)."""
-    return [
-        p
-        for p in model.parameters()
-        if p.dim() == 2 and p.dtype == torch.float32 and p.device.type == "cpu"
-    ]
+        _packing_depth -= 1
+        if _packing_depth == 0:
+            _packed.clear()
 
 
 class Linear(nn.Linear):
@@ -155,5 +165,5 @@ def as_torch_linears(model: nn.Module) -> nn.Module:
                     child.in_features, child.out_features, child.bias is not None, device="meta"
                 )
                 plain.weight, plain.bias = child.weight, child.bias
-                setattr(parent, name, plain)
+                setattr(parent, name, plain.train(child.training))
     return model

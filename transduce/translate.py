@@ -38,7 +38,7 @@ def decode_ids(
     cap = model.config.max_positions if model.config.positions == "learned" else None
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
-    with packed_for_inference(model):
+    with packed_for_inference():
         for start in range(0, len(order), decode.batch_size):
             chunk = order[start : start + decode.batch_size]
             batch = collate([(sources[i], []) for i in chunk], vocab.pad, vocab.bos, vocab.eos)
