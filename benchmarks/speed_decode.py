@@ -209,7 +209,7 @@ def speed(args) -> None:
 
 
 BEAM_MEMORY_PROBE = r"""
-import json, sys, torch
+import ctypes, json, sys, torch
 from transduce.config import DecodeConfig
 from transduce.dataset import PreparedData
 from transduce.translate import Translator, decode_ids
@@ -218,31 +218,39 @@ def kib(field):
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(field))
 
 model, prepared, beam, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+allocator = sys.argv[5]
 torch.set_num_threads(threads)
 data = PreparedData.load(prepared)
 test = data.split("test")
 sources = [test.pair(i)[0].tolist() for i in range(len(test))]
-translator = Translator.load(model, device="cpu")
+translator = Translator.load(model, device="cpu")  # keeps freed memory (runtime.py)
+if allocator == "returning":  # glibc's defaults back: freed blocks over 128 KiB go back at once,
+    libc = ctypes.CDLL("libc.so.6")  # so the peak is that of the live tensors
+    libc.mallopt(-3, 128 * 1024), libc.mallopt(-1, 128 * 1024)  # M_MMAP_, M_TRIM_THRESHOLD
+    libc.malloc_trim(0)
 before = kib("VmRSS:")
 open("/proc/self/clear_refs", "w").write("5")  # resets VmHWM to the current RSS
 with torch.inference_mode():
     decode = DecodeConfig(beam_size=beam, batch_size=64)
     decode_ids(translator.model, data.vocab, sources, decode, translator.device)
-print(json.dumps({"beam": beam, "peak_above_loaded_mib": (kib("VmHWM:") - before) / 1024}))
+peak = (kib("VmHWM:") - before) / 1024
+print(json.dumps({"beam": beam, "allocator": allocator, "peak_above_loaded_mib": peak}))
 """
 
 
 def beam_memory(args) -> None:
-    """Peak resident memory of beam search over the test set at batch 64, per beam size."""
+    """Peak resident memory of beam search over the test set at batch 64, per beam size, with
+    the allocator as transduce runs it (freed memory kept) and as glibc's defaults return it."""
     rows = []
-    for beam in (1, 2, 4, 8, 16):
-        output = subprocess.run(
-            [sys.executable, "-c", BEAM_MEMORY_PROBE, str(args.model), str(args.prepared),
-             str(beam), str(args.threads)],
-            capture_output=True, text=True, check=True, env=peers.thread_env(args.threads),
-        ).stdout  # fmt: skip
-        rows.append(json.loads(output.strip().splitlines()[-1]))
-        print(rows[-1], flush=True)
+    for allocator in ("keeping", "returning"):
+        for beam in (1, 2, 4, 8, 16):
+            output = subprocess.run(
+                [sys.executable, "-c", BEAM_MEMORY_PROBE, str(args.model), str(args.prepared),
+                 str(beam), str(args.threads), allocator],
+                capture_output=True, text=True, check=True, env=peers.thread_env(args.threads),
+            ).stdout  # fmt: skip
+            rows.append(json.loads(output.strip().splitlines()[-1]))
+            print(rows[-1], flush=True)
     (args.out / "beam-memory.json").write_text(json.dumps(rows, indent=2))
 
 

@@ -1,9 +1,9 @@
 """Float32 matrix products on the CPU through oneDNN instead of MKL.
 
 PyTorch hands a float32 `linear` on the CPU to MKL's sgemm. MKL picks its fast kernels by CPU
-vendor: on the AMD EPYC of our benchmark machine it runs at 130-185 GFLOP/s on 2 threads, where
+vendor: on the AMD EPYC of our benchmark machine it runs at 150-200 GFLOP/s on 2 threads, where
 oneDNN (shipped inside PyTorch, used by its compiler for frozen CPU graphs) runs the same float32
-product at 210-390 GFLOP/s, accumulating in float32 all the same (benchmarks/SPEED.md,
+products at 280-420 GFLOP/s, accumulating in float32 all the same (benchmarks/SPEED.md,
 `benchmarks/cpu_matmul.py` measures a machine). Every product of the model's linear layers and
 tied output projection goes through `linear` below, forward and backward, so training and
 decoding both gain.
@@ -133,10 +133,10 @@ def packed_for_inference() -> Iterator[None]:
 
     Decoding runs the same weights through thousands of small products, and oneDNN otherwise
     reorders each weight on every call: prepacked, beam search's products are bit for bit the
-    same and 1.1-1.3x faster at 64-256 rows, 2.5x at 4 (batch 1; benchmarks/SPEED.md). A weight
-    is packed on its first product, so only the weights products read are copied; the copies
-    are dropped when the outermost context exits. Not for several threads decoding at once: the
-    first to leave drops the others' copies (they stay correct, only slower).
+    same and 1.03-1.3x faster at 64-256 rows, up to 2.3x at 4 (batch 1; benchmarks/SPEED.md).
+    A weight is packed on its first product, so only the weights products read are copied; the
+    copies are dropped when the outermost context exits. Not for several threads decoding at
+    once: the first to leave drops the others' copies (they stay correct, only slower).
     """
     global _packing_depth
     _packing_depth += 1

@@ -131,8 +131,8 @@ def quantized(model: Transformer) -> Transformer:
     """Every nn.Linear with int8 weights and activations quantized per batch (dynamic).
 
     The tied embedding / output projection stays float32. On a 2-core CPU, `small` size,
-    beam 4: 1.49x the sentences/s at batch 64 and 1.18x at batch 1, at +0.08 / -0.28 BLEU
-    (benchmarks/SPEED.md). An option, not the default: float32 reproduces the model exactly.
+    beam 4: 1.27x float32's sentences/s at batch 64 and 1.26x at batch 1, at +0.08 / -0.28
+    BLEU (benchmarks/SPEED.md). An option, not the default: float32 reproduces the model exactly.
     """
     plain = as_torch_linears(copy.deepcopy(model).eval())  # it matches nn.Linear by exact type
     return torch.ao.quantization.quantize_dynamic(plain, {nn.Linear}, torch.qint8, inplace=True)
