@@ -50,7 +50,7 @@ class DecoderCache:
         The rows of one sentence stay together, `group` of them from now on (default: as many as
         before; beam search widens from 1 to k after its first step).
         """
-        group = group or self.group
+        group = self.group if group is None else group
         sentences = index.view(-1, group)[:, 0] // self.group
         same_sentences = sentences.numel() == self.src_pad_mask.size(0) and bool(
             (sentences == torch.arange(sentences.numel(), device=index.device)).all()

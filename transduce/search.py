@@ -145,7 +145,7 @@ def beam_search(
         top_row = top_index // per_row  # (n, n_candidates): which of the sentence's rows
         top_token = row_tokens.view(-1, width * per_row).gather(1, top_index)
         is_eos = top_token == eos
-        _collect_ended(ended, sentences, history, top_scores, top_row, is_eos, k, alpha)
+        _collect_ended(ended, sentences, history, top_scores, top_row, is_eos, width, k, alpha)
 
         live_scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(
             min(k, n_candidates), dim=1
@@ -156,7 +156,7 @@ def beam_search(
         keep = (~finished).nonzero().flatten()
         if keep.numel() == 0:
             break
-        rows = (keep[:, None] * width + next_row[keep]).flatten()  # (n' * k,) rows of the old batch
+        rows = (keep[:, None] * width + next_row[keep]).flatten()  # (n' * width',) old rows
         cache.reorder(rows, group=live_scores.size(1))
         history = torch.cat([history[rows], next_token[keep].view(-1, 1)], dim=1)
         scores, sentences = live_scores[keep], sentences[keep]
@@ -170,6 +170,7 @@ def _collect_ended(
     top_scores: Tensor,
     top_row: Tensor,
     is_eos: Tensor,
+    width: int,
     k: int,
     alpha: float,
 ) -> None:
@@ -178,7 +179,6 @@ def _collect_ended(
     An EOS ranked below k would not have been kept by a beam of k, so it does not count.
     """
     ending = is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))
-    width = history.size(0) // sentences.size(0)
     for i, j in ending.nonzero().tolist():
         tokens = history[i * width + int(top_row[i, j]), 1:].tolist()
         log_prob = float(top_scores[i, j])
