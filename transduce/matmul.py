@@ -27,6 +27,7 @@ from torch.autograd.function import once_differentiable
 
 _available = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 _enabled = _available and os.environ.get("TRANSDUCE_CPU_MATMUL", "onednn") != "torch"
+_can_pack = _available and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 # Decoding's weights reordered into oneDNN's blocked layout, made on first use inside
 # `packed_for_inference` and dropped when the outermost one exits: id(weight) -> (the weight,
@@ -116,7 +117,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 def _packed_or_plain(weight: Tensor) -> Tensor:
-    if _packing_depth == 0 or weight.is_inference():  # no version counter to check against
+    # Inference tensors have no version counter to check staleness by: they are read unpacked.
+    if _packing_depth == 0 or not _can_pack or weight.is_inference():
         return weight
     entry = _packed.get(id(weight))
     # A weight changed in place since it was packed (an optimizer step) is packed afresh.
