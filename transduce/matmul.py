@@ -123,7 +123,7 @@ def _packed_or_plain(weight: Tensor) -> Tensor:
     entry = _packed.get(id(weight))
     # A weight changed in place since it was packed (an optimizer step) is packed afresh.
     # Changes made through `.data` bypass the version counter: none are made here.
-    if entry is None or entry[0] is not weight or entry[1] != weight._version:
+    if entry is None or entry[1] != weight._version:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS)
         entry = _packed[id(weight)] = (weight, weight._version, packed)
     return entry[2]

@@ -135,21 +135,12 @@ def beam_search(
         log_probs = _next_token_log_probs(
             model, history[:, -1:], cache, at_limit.repeat_interleave(width), (bos, eos, pad)
         )
-        # A sentence's 2k best of its width * V extensions are among each row's own 2k best
-        # tokens: rank within rows first, then only the width * 2k survivors of each sentence.
-        per_row = min(2 * k, log_probs.size(1))
-        row_log_probs, row_tokens = log_probs.topk(per_row, dim=1)  # (n * width, per_row)
-        extended = scores.view(-1, 1) + row_log_probs  # log P of the extensions
-        n_candidates = min(2 * k, width * per_row)
-        top_scores, top_index = extended.view(-1, width * per_row).topk(n_candidates, dim=1)
-        top_row = top_index // per_row  # (n, n_candidates): which of the sentence's rows
-        top_token = row_tokens.view(-1, width * per_row).gather(1, top_index)
+        top_scores, top_row, top_token = _best_extensions(scores, log_probs, 2 * k)
         is_eos = top_token == eos
         _collect_ended(ended, sentences, history, top_scores, top_row, is_eos, width, k, alpha)
 
-        live_scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(
-            min(k, n_candidates), dim=1
-        )
+        live = top_scores.masked_fill(is_eos, float("-inf"))
+        live_scores, order = live.topk(min(k, live.size(1)), dim=1)
         next_row, next_token = top_row.gather(1, order), top_token.gather(1, order)
         finished = torch.tensor([len(ended[s]) >= k for s in sentences.tolist()], device=device)
         finished |= live_scores[:, 0] == float("-inf")  # none left, as at the length limit
@@ -161,6 +152,22 @@ def beam_search(
         history = torch.cat([history[rows], next_token[keep].view(-1, 1)], dim=1)
         scores, sentences = live_scores[keep], sentences[keep]
     return [sorted(h, key=lambda hyp: -hyp.score)[:n_best] for h in ended]
+
+
+def _best_extensions(scores: Tensor, log_probs: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sentence's n best one-token extensions of its hypotheses, best first.
+
+    scores (S, width) and log_probs (S * width, V) -> log P, row within the sentence and token,
+    each (S, min(n, width * V)). A sentence's n best are among each row's own n best tokens, so
+    rows are ranked first and then only the width * n survivors of each sentence.
+    """
+    width = scores.size(1)
+    per_row = min(n, log_probs.size(1))
+    row_log_probs, row_tokens = log_probs.topk(per_row, dim=1)  # (S * width, per_row)
+    extended = (scores.view(-1, 1) + row_log_probs).view(-1, width * per_row)
+    top_scores, top_index = extended.topk(min(n, width * per_row), dim=1)
+    top_token = row_tokens.view(-1, width * per_row).gather(1, top_index)
+    return top_scores, top_index // per_row, top_token
 
 
 def _collect_ended(
