@@ -1,5 +1,5 @@
 """Float32 matrix products on this CPU: torch's default (MKL's sgemm) against oneDNN, as
-`transduce.matmul` calls it, at the shapes of training and decoding the `small` model.
+`transduce.models.matmul` calls it, at the shapes of training and decoding the `small` model.
 
     python benchmarks/cpu_matmul.py [--threads 2] [--out results.json]
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from transduce import matmul
+from transduce.models import matmul
 from transduce.runtime import keep_freed_memory
 
 D_MODEL, D_FF, VOCAB = 256, 1024, 8000

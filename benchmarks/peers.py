@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from transduce.dataset import PreparedData
+from transduce.data.dataset import PreparedData
 
 # The model sizes compared (issue #3): the common setup, and the `tiny` preset.
 SIZES = {

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers
 
 from transduce.config import DecodeConfig
-from transduce.dataset import PreparedData
+from transduce.data.dataset import PreparedData
+from transduce.decoding.translate import Translator, decode_ids, quantized
 from transduce.export import export_ctranslate2, export_hf
-from transduce.metrics import bleu
-from transduce.translate import Translator, decode_ids, quantized
+from transduce.tasks.metrics import bleu
 
 BEAM, ALPHA, EXTRA = 4, 0.6, 50
 
@@ -211,8 +211,8 @@ def speed(args) -> None:
 BEAM_MEMORY_PROBE = r"""
 import ctypes, json, sys, torch
 from transduce.config import DecodeConfig
-from transduce.dataset import PreparedData
-from transduce.translate import Translator, decode_ids
+from transduce.data.dataset import PreparedData
+from transduce.decoding.translate import Translator, decode_ids
 
 def kib(field):
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(field))

@@ -23,10 +23,11 @@ from pathlib import Path
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from transduce.config import override, preset
-from transduce.dataset import PreparedData
-from transduce.train import Trainer
-from transduce.transformer import count_parameters
+from transduce.config import override
+from transduce.data.dataset import PreparedData
+from transduce.models import count_parameters
+from transduce.presets import preset
+from transduce.training.loop import Trainer
 
 DATASHEET_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}  # dense, SXM parts
 
@@ -86,7 +87,7 @@ def measure(data: PreparedData, name: str, precision: str, args) -> dict:
             if i == args.warmup:
                 torch.cuda.synchronize()
                 tokens, start = 0, time.perf_counter()
-            tokens += trainer._update(group)["tgt_tokens"]
+            tokens += trainer._update(group).tgt_tokens
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
         if args.profile:

@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers
 
-from transduce import Transformer, preset
+from transduce import preset
 from transduce.config import override
-from transduce.transformer import count_parameters
+from transduce.models import build_model, count_parameters
 
 REPORT_EVERY = 5  # updates per throughput window, for every toolkit
 SKIP_WINDOWS = 2  # start-up windows left out of the median
@@ -41,8 +41,13 @@ def transduce_command(python: str, prepared: Path, run: Path, size: str, threads
 
 
 def model_parameters(size: str, vocab_size: int) -> int:
-    config = override(preset(size), {"model.vocab_size": str(vocab_size), "model.pre_norm": "true"})
-    return count_parameters(Transformer(config.model))
+    config = override(preset(size), {"model.pre_norm": "true"})
+    return count_parameters(build_model(config.model, _Shape(vocab_size)))
+
+
+class _Shape:
+    def __init__(self, size: int):
+        self.size, self.pad = size, 0
 
 
 def one_run(

@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers
 
-from transduce.dataset import PreparedData
-from transduce.metrics import bleu
+from transduce.data.dataset import PreparedData
+from transduce.tasks.metrics import bleu
 
 
 def transduce_curve(args) -> list[dict]:

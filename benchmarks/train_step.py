@@ -17,10 +17,11 @@ from pathlib import Path
 
 import torch
 
-from transduce.config import override, preset
-from transduce.dataset import PreparedData
+from transduce.config import override
+from transduce.data.dataset import PreparedData
+from transduce.presets import preset
 from transduce.runtime import pick_device
-from transduce.train import Trainer
+from transduce.training.loop import Trainer
 
 
 def main() -> None:
@@ -47,7 +48,7 @@ def main() -> None:
         for i, group in enumerate(groups):
             if i == 10:
                 tokens, start = 0, time.perf_counter()
-            tokens += trainer._update(group)["tgt_tokens"]
+            tokens += trainer._update(group).tgt_tokens
         seconds = time.perf_counter() - start
     print(
         f"{args.preset} {' '.join(args.set)}: {tokens / seconds:,.0f} target tokens/s over "

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from transduce.config import ModelConfig
-from transduce.transformer import Transformer
+from transduce.models.transformer import Transformer
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 

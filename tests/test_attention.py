@@ -1,7 +1,7 @@
 import torch
 import torch.nn.functional as F
 
-from transduce.attention import MultiHeadAttention, attention_reference, causal_mask
+from transduce.models.attention import MultiHeadAttention, attention_reference, causal_mask
 
 
 def _qkv(seed=0, b=2, h=2, tq=3, tk=4, d_k=5, d_v=3):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from transduce.batching import Batch, TokenBatchSampler, collate
+from transduce.data.batching import Batch, TokenBatchSampler, collate
 
 PAD, BOS, EOS = 0, 2, 3
 
@@ -119,7 +119,7 @@ def test_shards_split_the_batches_evenly():
 
 
 def test_too_long_examples_are_skipped_and_logged_once(caplog):
-    with caplog.at_level(logging.WARNING, logger="transduce.batching"):
+    with caplog.at_level(logging.WARNING, logger="transduce.data.batching"):
         sampler = TokenBatchSampler([3, 50, 4], [3, 4, 80], max_tokens=20)
         sampler.batches(0)
         sampler.batches(1)

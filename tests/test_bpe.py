@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from transduce.bpe import Vocab, train_joint
-from transduce.corpus import DataError
+from transduce.data.bpe import Vocab, train_joint
+from transduce.data.corpus import DataError
 
 WORDS = ["a", "man", "woman", "dog", "runs", "over", "the", "green", "field", ".", ","]
 WORDS += ["ein", "mann", "hund", "läuft", "über", "das", "grüne", "feld"]

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from transduce import checkpoint
-from transduce.checkpoint import CheckpointError, CheckpointStore, average, load, save
+from transduce.training import checkpoint
+from transduce.training.checkpoint import CheckpointError, CheckpointStore, average, load, save
 
 
 def tiny_state(step: int, fill: float = 0.0) -> dict[str, Any]:
@@ -146,7 +146,7 @@ def test_load_latest_falls_back_past_corrupt_newest(
         store.save(tiny_state(step), step, None)
     newest = store.path(30)
     newest.write_bytes(newest.read_bytes()[:50])
-    with caplog.at_level(logging.WARNING, logger="transduce.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="transduce.training.checkpoint"):
         state = store.load_latest()
     assert state is not None and state["step"] == 20
     assert "step_00000030.pt" in caplog.text

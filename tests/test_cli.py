@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from transduce.cli import main
-from transduce.config import override, preset
-from transduce.transformer import Transformer, count_parameters
+from transduce.config import override
+from transduce.models import count_parameters
+from transduce.models.transformer import Transformer
+from transduce.presets import preset
 
 from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files, write_lines
 

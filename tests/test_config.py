@@ -5,13 +5,10 @@ import pytest
 from transduce.config import (
     Config,
     ConfigError,
-    base,
-    big,
     load_overrides,
     override,
-    preset,
-    table3,
 )
+from transduce.presets import base, big, preset, table3
 
 
 def test_presets_follow_table_3():

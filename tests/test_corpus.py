@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import pytest
 
-from transduce import corpus
-from transduce.corpus import (
+from transduce.data import corpus
+from transduce.data.corpus import (
     CORPORA,
     Corpus,
     DataError,

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transduce import dataset
-from transduce.corpus import DataError, LengthFilter
-from transduce.dataset import PreparedData, prepare
+from transduce.data import dataset
+from transduce.data.corpus import DataError, LengthFilter
+from transduce.data.dataset import PreparedData, prepare
 
 EN = ["a", "man", "woman", "dog", "runs", "over", "the", "green", "field", ".", ","]
 DE = ["ein", "mann", "frau", "hund", "läuft", "über", "das", "grüne", "feld", ".", ","]
@@ -87,7 +87,7 @@ def test_second_prepare_loads_instead_of_retraining(tmp_path, splits, caplog):
     out = tmp_path / "prep"
     run_prepare(splits, out)
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    with caplog.at_level(logging.INFO, logger="transduce.dataset"):
+    with caplog.at_level(logging.INFO, logger="transduce.data.dataset"):
         again = run_prepare(splits, out)
     assert "loading it" in caplog.text
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before

@@ -1,15 +1,18 @@
 """Exports reproduce our translations: Hugging Face `generate`, and CTranslate2."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from transduce.config import DecodeConfig, override, tiny
-from transduce.corpus import LengthFilter
-from transduce.dataset import prepare
+from transduce.config import DecodeConfig, override
+from transduce.data.corpus import LengthFilter
+from transduce.data.dataset import prepare
+from transduce.decoding.search import greedy_search
+from transduce.decoding.translate import Translator
 from transduce.export import ExportError, export_ctranslate2, export_hf
-from transduce.search import greedy_search
-from transduce.train import train
-from transduce.translate import Translator
+from transduce.presets import tiny
+from transduce.training.loop import train
 
 from .conftest import LEARNER_MODEL, reverse_task_files
 
@@ -84,8 +87,10 @@ def test_ctranslate2_reproduces_our_beam_search(run_dir, tmp_path):
 
 
 def test_a_model_without_an_equivalent_is_refused_with_the_reason():
-    from transduce.export import _check_exportable
+    from transduce.export.hf import _exportable
+    from transduce.models.saved import SavedModel
 
-    config = override(tiny(), {"model.positions": "learned", "model.d_k": 16}).model
+    config = override(tiny(), {"model.positions": "learned", "model.d_k": 16})
+    saved = SavedModel(model=None, config=config, vocab=None, path=Path("x.pt"), step=None)
     with pytest.raises(ExportError, match=r"learned positions.*d_k or d_v"):
-        _check_exportable(config)
+        _exportable(saved)

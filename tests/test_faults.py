@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from transduce.checkpoint import CheckpointStore, load
 from transduce.config import Config
-from transduce.corpus import LengthFilter
-from transduce.dataset import prepare
-from transduce.transformer import Transformer
+from transduce.data.corpus import LengthFilter
+from transduce.data.dataset import prepare
+from transduce.models.transformer import Transformer
+from transduce.training.checkpoint import CheckpointStore, load
 
 from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files
 
@@ -135,9 +135,10 @@ def test_kill_9_then_resume_ends_bitwise_where_an_uninterrupted_run_does(toy_dat
 
 def test_a_death_while_writing_a_checkpoint_loses_nothing(toy_data, tmp_path, monkeypatch):
     """The process dies inside the atomic rename of a checkpoint; --resume falls back."""
-    import transduce.checkpoint as checkpoint_module
-    from transduce.config import override, parse_assignments, tiny
-    from transduce.train import train
+    import transduce.training.checkpoint as checkpoint_module
+    from transduce.config import override, parse_assignments
+    from transduce.presets import tiny
+    from transduce.training.loop import train
 
     config = override(
         tiny(),

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transduce.loss import label_smoothed_loss
+from transduce.training.loss import label_smoothed_loss
 
 PAD = 0
 

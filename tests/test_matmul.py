@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import BOS, EOS, PAD, tiny_model
-from transduce import matmul
-from transduce.matmul import Linear, as_torch_linears, linear
-from transduce.search import beam_search
+from transduce.decoding.search import beam_search
+from transduce.models import matmul
+from transduce.models.matmul import Linear, as_torch_linears, linear
 
 pytestmark = pytest.mark.skipif(not matmul._available, reason="this torch has no oneDNN")
 

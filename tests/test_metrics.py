@@ -1,6 +1,6 @@
 import pytest
 
-from transduce.metrics import bleu, chrf
+from transduce.tasks.metrics import bleu, chrf
 
 
 def test_identical_text_scores_100_and_the_signature_is_sacrebleus():

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from transduce.runlog import RunFolderError, Window, keep_log_until, read_log
+from transduce.training.runlog import RunFolderError, Window, keep_log_until, read_log
 
 
 def test_a_last_line_torn_by_a_kill_is_dropped(tmp_path):

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from transduce.config import tiny
-from transduce.schedule import learning_rate, make_optimizer
+from transduce.presets import tiny
+from transduce.training.schedule import learning_rate, make_optimizer
 
 
 def test_eq3_peaks_at_the_end_of_warmup():

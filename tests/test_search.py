@@ -6,7 +6,7 @@ from typing import ClassVar
 import pytest
 import torch
 
-from transduce.search import beam_search, greedy_search, length_penalty
+from transduce.decoding.search import beam_search, greedy_search, length_penalty
 
 from .conftest import BOS, EOS, PAD, tiny_model
 

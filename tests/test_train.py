@@ -5,13 +5,14 @@ import math
 import pytest
 import torch
 
-from transduce.checkpoint import CheckpointStore, load
-from transduce.config import override, tiny
-from transduce.corpus import LengthFilter
-from transduce.dataset import PreparedData, prepare
-from transduce.runlog import read_log
-from transduce.train import Trainer, TrainingError, train
-from transduce.translate import Translator
+from transduce.config import override
+from transduce.data.corpus import LengthFilter
+from transduce.data.dataset import PreparedData, prepare
+from transduce.decoding.translate import Translator
+from transduce.presets import tiny
+from transduce.training.checkpoint import CheckpointStore, load
+from transduce.training.loop import Trainer, TrainingError, train
+from transduce.training.runlog import read_log
 
 from .conftest import LEARNER_MODEL, reverse_task_files
 
@@ -107,7 +108,7 @@ def test_an_unwritable_run_folder_is_refused_before_training(toy_data, tmp_path)
 
 
 def test_a_non_finite_loss_skips_the_update(toy_data, tmp_path, monkeypatch):
-    import transduce.train as train_module
+    import transduce.training.step as train_module
 
     real = train_module.label_smoothed_loss
     calls = {"n": 0}
@@ -129,7 +130,7 @@ def test_a_non_finite_loss_skips_the_update(toy_data, tmp_path, monkeypatch):
 
 
 def test_a_run_that_keeps_diverging_stops_with_a_clear_message(toy_data, tmp_path, monkeypatch):
-    import transduce.train as train_module
+    import transduce.training.step as train_module
 
     real = train_module.label_smoothed_loss
 
@@ -179,7 +180,7 @@ def test_accumulating_two_batches_equals_one_merged_batch(toy_data, tmp_path):
 
 
 def test_dev_loss_scores_pairs_longer_than_the_batch_budget(toy_data):
-    from transduce.validation import dev_loss
+    from transduce.training.validation import dev_loss
 
     data = PreparedData.load(toy_data)
     model = _trainer(toy_config(), toy_data, toy_data.parent / "dev-run").model

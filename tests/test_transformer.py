@@ -4,8 +4,9 @@ import math
 import pytest
 import torch
 
-from transduce.config import TABLE3_PARAMS_M, preset
-from transduce.transformer import Transformer, count_parameters, sinusoidal_positions
+from transduce.models import count_parameters
+from transduce.models.transformer import Transformer, sinusoidal_positions
+from transduce.presets import TABLE3_PARAMS_M, preset
 
 from .conftest import BOS, EOS, PAD, tiny_model
 

@@ -1,7 +1,7 @@
 import torch
 
 from transduce.config import DecodeConfig
-from transduce.translate import decode_ids, quantized
+from transduce.decoding.translate import decode_ids, quantized
 
 from .conftest import tiny_model
 

@@ -1,42 +1,87 @@
 """transduce: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
 
-The public API, one import away; each name lives in the module of its paper section. The
-function `train.train` is not re-exported, so that `transduce.train` stays the module.
+The public API, one import away; the names live in the subpackages of their paper sections:
+
+    data = transduce.prepare(transduce.corpus_files("multi30k", "en", "de"), "data/ende",
+                             vocab_size=10000, length_filter=transduce.LengthFilter(),
+                             description={})
+    transduce.train(transduce.tiny(), "data/ende", "runs/ende")
+    translator = transduce.load("runs/ende")            # a run folder or one checkpoint file
+    outputs = [best[0][0] for best in translator.translate(["a dog runs ."])]
+    print(transduce.score(outputs, ["ein hund rennt ."]))
 """
 
-from .config import Config, DecodeConfig, ModelConfig, TrainConfig, base, big, preset, table3, tiny
-from .corpus import DataError, corpus_files, read_parallel
-from .dataset import PreparedData, prepare
-from .metrics import bleu, chrf
-from .search import Hypothesis, beam_search, greedy_search
-from .train import Trainer, TrainingError
-from .transformer import Transformer
-from .translate import Translator
+from __future__ import annotations
 
-__version__ = "0.1.0"
+from pathlib import Path
+
+from .config import Config, DecodeConfig, TaskConfig, TrainConfig, TransformerConfig
+from .data.corpus import DataError, LengthFilter, corpus_files, read_parallel
+from .data.dataset import PreparedData, prepare
+from .decoding.search import Hypothesis, beam_search, greedy_search
+from .decoding.translate import Translator
+from .models import Seq2Seq, build_model, count_parameters
+from .models.saved import load_model
+from .presets import base, big, preset, small, table3, tiny
+from .tasks import get_task
+from .tasks.metrics import Score, bleu, chrf
+from .training.loop import Trainer, TrainingError, train
+
+__version__ = "0.2.0"
+
+
+def load(model: Path | str, device: str | None = None) -> Translator:
+    """A trained model, ready to translate: a run folder or a single checkpoint file."""
+    return Translator.load(Path(model), device=device)
+
+
+def translate(model: Path | str | Translator, lines: list[str], **decode: object) -> list[str]:
+    """The best output for each line; `decode` overrides the model's settings (beam_size=...)."""
+    from dataclasses import replace
+
+    translator = model if isinstance(model, Translator) else load(model)
+    settings = replace(translator.decode, **decode) if decode else None
+    return [best[0][0] for best in translator.translate(lines, settings)]
+
+
+def score(hypotheses: list[str], references: list[str], task: TaskConfig | None = None) -> Score:
+    """The task's corpus score (default: sacreBLEU's BLEU with its signature)."""
+    return get_task(task or TaskConfig()).score(hypotheses, references)
+
 
 __all__ = [
     "Config",
     "DataError",
     "DecodeConfig",
     "Hypothesis",
-    "ModelConfig",
+    "LengthFilter",
     "PreparedData",
+    "Score",
+    "Seq2Seq",
+    "TaskConfig",
     "TrainConfig",
     "Trainer",
     "TrainingError",
-    "Transformer",
+    "TransformerConfig",
     "Translator",
     "base",
     "beam_search",
     "big",
     "bleu",
+    "build_model",
     "chrf",
     "corpus_files",
+    "count_parameters",
     "greedy_search",
+    "load",
+    "load_model",
     "prepare",
     "preset",
     "read_parallel",
+    "score",
+    "small",
     "table3",
     "tiny",
+    "train",
+    "translate",
 ]

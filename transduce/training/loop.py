@@ -1,7 +1,8 @@
-"""The training loop (s5): token batches, accumulation, eq. 3, validation, checkpoints, logs.
+"""The training loop (s5): token batches, accumulation, the schedule, validation, checkpoints.
 
 A run lives in one folder: `config.json` (the resolved Config), `vocab.model`, `log.jsonl`,
-`curve.png`, `checkpoints/` (the last K and the best) and, at the end, `average.pt`.
+`curve.png`, `checkpoints/` (the last K and the best) and, at the end, `average.pt`; each
+checkpoint also carries the config and the vocabulary, so one file is a whole model.
 `resume=True` continues from the newest good checkpoint with the same data order, schedule and
 random state, so a resumed run ends where an uninterrupted one would. Under torchrun, each
 process trains on its share of the batches (distributed.py) and only the first one writes.
@@ -9,41 +10,38 @@ process trains on its share of the batches (distributed.py) and only the first o
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import random
-import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from ..config import Config, DecodeConfig
+from ..data.batching import Batch, TokenBatchSampler, collate
+from ..data.dataset import PreparedData
+from ..models import build_model, count_parameters
+from ..runtime import pick_device
+from ..tasks import get_task
 from . import distributed
-from .batching import Batch, TokenBatchSampler, collate
-from .checkpoint import CheckpointStore, average, save
-from .config import Config
-from .dataset import PreparedData
-from .loss import label_smoothed_loss
+from .checkpoint import AVERAGE_FILE, CheckpointStore, average, save
+from .resume import Progress, capture_rng, restore_rng
 from .runlog import (
     RunFolderError,
+    RunLog,
     Window,
-    append_log,
-    check_same_run,
-    check_writable,
     keep_log_until,
     plot_learning_curve,
+    write_run_folder,
 )
-from .runtime import pick_device
-from .schedule import learning_rate, make_optimizer, set_learning_rate
-from .transformer import Transformer, count_parameters
-from .translate import AVERAGE_FILE
-from .validation import dev_bleu, dev_loss
+from .schedule import make_optimizer, make_schedule
+from .step import StepResult, train_step
+from .validation import dev_loss, dev_score
 
 logger = logging.getLogger(__name__)
 
@@ -52,18 +50,6 @@ MAX_BAD_STEPS = 20  # consecutive non-finite losses before a run gives up
 
 class TrainingError(RuntimeError):
     """Training cannot go on; the message says why and what to change."""
-
-
-@dataclass
-class Progress:
-    """Where a run stands: saved in every checkpoint, restored on resume."""
-
-    step: int = 0  # updates done
-    epoch: int = 0
-    batch_in_epoch: int = 0  # batches of `epoch` this process has used
-    elapsed: float = 0.0  # seconds of training, summed over resumed sessions
-    bad_steps: int = 0  # updates skipped for a non-finite loss, in total
-    world: int = 1  # training processes; a resumed run must use as many
 
 
 def train(
@@ -92,7 +78,22 @@ def train(
         distributed.stop()
 
 
+def resolve_config(config: Config, data: PreparedData) -> Config:
+    """The run's config: the vocabulary size and the task come from the prepared data.
+
+    Decoding settings left at their defaults become the task's own (s6.1 for translation).
+    """
+    task = data.task
+    decode = config.decode
+    if decode == DecodeConfig():
+        decode = replace(get_task(task).decode_defaults(), batch_size=decode.batch_size)
+    model = replace(config.model, vocab_size=data.vocab.size)
+    return replace(config, model=model, task=task, decode=decode)
+
+
 class Trainer:
+    """One run: the model, optimiser, batches, checkpoints and log of a run folder."""
+
     def __init__(
         self,
         config: Config,
@@ -104,18 +105,20 @@ class Trainer:
     ):
         self.data, self.run_dir, self.device = data, run_dir, device
         self.processes = processes or distributed.Processes()
-        self.config = self._resolve_config(config, resume)
+        self.config = resolve_config(config, data)
+        self._on_main(lambda: write_run_folder(run_dir, self.config, data, resume))
         if self.config.train.threads:
             torch.set_num_threads(self.config.train.threads)
-        self.vocab = data.vocab
+        self.vocab, self.task = data.vocab, get_task(self.config.task)
         self.model, self.network, self.optimizer = self._build_model()
+        self.schedule = make_schedule(self.config)
         self.sampler = self._build_sampler()
         self.store = CheckpointStore(run_dir, self.config.train.keep_last)
         self.progress = Progress(world=self.processes.world)
-        self.log_path = run_dir / "log.jsonl"
         self._consecutive_bad = 0
         if resume:
             self._restore()
+        self.log = RunLog(run_dir, self.progress.step if resume else None)
         logger.info(
             "model: %s parameters; device %s; %d process(es)",
             f"{count_parameters(self.model):,}",
@@ -125,26 +128,10 @@ class Trainer:
 
     # --- setup ----------------------------------------------------------------------------
 
-    def _resolve_config(self, config: Config, resume: bool) -> Config:
-        """Fix the vocabulary size, check the folder, write (or on resume compare) config.json."""
-        config = replace(config, model=replace(config.model, vocab_size=self.data.vocab.size))
-
-        def check_and_write() -> None:
-            check_writable(self.run_dir)
-            check_same_run(self.run_dir, config, resume)
-            (self.run_dir / "config.json").write_text(config.to_json())
-            shutil.copyfile(self.data.path / "vocab.model", self.run_dir / "vocab.model")
-            (self.run_dir / "data.json").write_text(json.dumps(self.data.meta, indent=2))
-            if not resume:
-                keep_log_until(self.run_dir / "log.jsonl", 0)
-
-        self._on_main(check_and_write)
-        return config
-
     def _build_model(self):
         train = self.config.train
         torch.manual_seed(train.seed)  # the same initial parameters in every process
-        model = Transformer(self.config.model, pad=self.data.vocab.pad).to(self.device)
+        model = build_model(self.config.model, self.vocab).to(self.device)
         # Each process draws its own dropout masks; one process keeps the seed as it is.
         torch.manual_seed(train.seed + 1000 * self.processes.rank)
         random.seed(train.seed)
@@ -175,9 +162,10 @@ class Trainer:
 
     def _restore(self) -> None:
         state = self.store.load_latest()
+        log_path = self.run_dir / "log.jsonl"
         if state is None:
             logger.info("nothing to resume in %s: starting afresh", self.run_dir)
-            self._on_main(lambda: keep_log_until(self.log_path, 0))
+            self._on_main(lambda: keep_log_until(log_path, 0))
             return
         world = state["progress"].get("world", 1)
         if world != self.processes.world:
@@ -187,14 +175,10 @@ class Trainer:
             )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.progress = Progress(**{"world": 1, **state["progress"]})
-        rng = state["rng"][self.processes.rank] if isinstance(state["rng"], list) else state["rng"]
-        torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
-        if torch.cuda.is_available() and "cuda" in rng:
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        self.progress = Progress.from_state(state["progress"])
+        restore_rng(state["rng"], self.processes.rank)
         # Forget what a killed session logged after its checkpoint: it will be redone.
-        self._on_main(lambda: keep_log_until(self.log_path, self.progress.step))
+        self._on_main(lambda: keep_log_until(log_path, self.progress.step))
         logger.info("resumed from step %d (epoch %d)", self.progress.step, self.progress.epoch)
 
     # --- the loop ---------------------------------------------------------------------------
@@ -212,17 +196,18 @@ class Trainer:
         last_saved, window = self.progress.step, Window()
         groups = iter(()) if self._should_stop() else self._update_groups()  # a finished run
         for group in groups:
-            stats = self._update(group)
+            result = self._update(group)
             self.progress.elapsed = elapsed_before + time.monotonic() - session_start
-            window.add(stats["loss"], stats["nll"], stats["tgt_tokens"])
+            window.add(result.loss, result.nll, result.tgt_tokens)
             bar.update(1)
+            rate = self.schedule.rate(self.progress.step)
             bar.set_postfix(
-                loss=f"{stats['loss']:.3f}",
-                lr=f"{stats['lr']:.2e}",
+                loss=f"{result.loss:.3f}",
+                lr=f"{rate:.2e}",
                 tok_s=f"{window.tokens_per_second():.0f}",
             )
             if self.progress.step % train.log_every == 0:
-                self._log({"kind": "train", **window.summary(), "lr": stats["lr"]})
+                self._log({"kind": "train", **window.summary(), "lr": rate})
                 window = Window()
             if self.progress.step % train.valid_every == 0:
                 self._validate_and_save()
@@ -233,9 +218,10 @@ class Trainer:
         bar.close()
         if self.progress.step != last_saved:
             self._validate_and_save()
+        self.log.close()
         return self._average()
 
-    def _update_groups(self):
+    def _update_groups(self) -> Iterator[list[list[int]]]:
         """Groups of `accumulate` batches, epoch after epoch, from where the run stands."""
         group: list[list[int]] = []
         max_epochs = self.config.train.max_epochs
@@ -249,60 +235,39 @@ class Trainer:
                     group = []
             self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
 
-    def _update(self, group: list[list[int]]) -> dict:
-        """One optimiser step; the loss is per target token of the group, in all processes."""
-        self.network.train()
-        split, world = self.data.split("train"), self.processes.world
+    def _update(self, group: list[list[int]]) -> StepResult:
+        """One update over a group of batches; gives up after too many non-finite losses."""
+        split, train = self.data.split("train"), self.config.train
         batches = [self._collate(split.pairs(indices)) for indices in group]
-        (n_tokens,) = self.processes.sum([sum(b.n_tgt_tokens for b in batches)])
-        loss_sum = nll_sum = 0.0
-        for i, batch in enumerate(batches):
-            # DDP averages gradients over processes at the last backward of the group;
-            # scaling by `world` turns that average into the sum over all the group's tokens.
-            last = i == len(batches) - 1
-            with self._no_sync(last), self._autocast(), _explain_out_of_memory(self.config):
-                logits = self.network(batch.src, batch.tgt_in)
-                sums = label_smoothed_loss(
-                    logits, batch.tgt_out, self.config.train.label_smoothing, self.vocab.pad
-                )
-                (sums.loss * world / n_tokens).backward()
-            loss_sum, nll_sum = loss_sum + sums.loss.item(), nll_sum + sums.nll.item()
-        loss_sum, nll_sum = self.processes.sum([loss_sum, nll_sum])
-        rate = self._learning_rate(self.progress.step + 1)
-        self._optimizer_step(rate, finite=math.isfinite(loss_sum))
-        src_tokens = sum(b.n_src_tokens for b in batches) * world  # approximately, for the log
-        return {
-            "loss": loss_sum / n_tokens,
-            "nll": nll_sum / n_tokens,
-            "lr": rate,
-            "tgt_tokens": n_tokens,
-            "src_tokens": src_tokens,
-        }
-
-    def _optimizer_step(self, rate: float, finite: bool) -> None:
-        train = self.config.train
-        if finite:
-            set_learning_rate(self.optimizer, rate)
-            if train.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), train.clip_norm)
-            self.optimizer.step()
-            self._consecutive_bad = 0
-        else:  # skip the update, and give up if it keeps happening
-            self.progress.bad_steps += 1
-            self._consecutive_bad += 1
-            logger.warning("non-finite loss at step %d: update skipped", self.progress.step + 1)
-            if self._consecutive_bad >= MAX_BAD_STEPS:
-                raise TrainingError(
-                    f"{MAX_BAD_STEPS} non-finite losses in a row at step {self.progress.step}: "
-                    "lower train.lr_scale or raise train.warmup_steps; the last good "
-                    f"checkpoint is in {self.store.dir}"
-                )
-        self.optimizer.zero_grad(set_to_none=True)
+        with _explain_out_of_memory(self.config):
+            result = train_step(
+                self.network,
+                self.optimizer,
+                batches,
+                rate=self.schedule.rate(self.progress.step + 1),
+                label_smoothing=train.label_smoothing,
+                pad=self.vocab.pad,
+                clip_norm=train.clip_norm,
+                processes=self.processes,
+                autocast=self._autocast,
+            )
         self.progress.step += 1
+        self._count_bad(result.finite)
+        return result
 
-    def _learning_rate(self, step: int) -> float:
-        train = self.config.train
-        return learning_rate(step, self.config.model.d_model, train.warmup_steps, train.lr_scale)
+    def _count_bad(self, finite: bool) -> None:
+        if finite:
+            self._consecutive_bad = 0
+            return
+        self.progress.bad_steps += 1
+        self._consecutive_bad += 1
+        logger.warning("non-finite loss at step %d: update skipped", self.progress.step)
+        if self._consecutive_bad >= MAX_BAD_STEPS:
+            raise TrainingError(
+                f"{MAX_BAD_STEPS} non-finite losses in a row at step {self.progress.step}: "
+                "lower train.lr_scale or raise train.warmup_steps; the last good "
+                f"checkpoint is in {self.store.dir}"
+            )
 
     def _should_stop(self) -> bool:
         train = self.config.train
@@ -321,36 +286,32 @@ class Trainer:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return nullcontext()
 
-    def _no_sync(self, last: bool):
-        """Within a group, only the last backward synchronises gradients between processes."""
-        if self.processes.parallel and not last:
-            return self.network.no_sync()
-        return nullcontext()
-
     # --- validation, checkpoints, logs -----------------------------------------------------
 
     def _validate_and_save(self) -> None:
-        rng = self.processes.gather(_rng_state())  # every process takes part
+        rng = self.processes.gather(capture_rng())  # every process takes part
+        self._on_main(lambda: self._validate_and_save_on_main(rng))
 
-        def validate_and_save() -> None:
-            record = {
-                "kind": "valid",
-                "step": self.progress.step,
-                **dev_loss(self.model, self.data, self.config, self.device, self._autocast),
-            }
-            if self.config.train.valid_bleu:
-                record["bleu"] = dev_bleu(self.model, self.data, self.config, self.device)
-            self._log(record)
-            score = record.get("bleu", -record["loss"])
-            self.store.save(self._state(rng), self.progress.step, score, higher_is_better=True)
-            plot_learning_curve(self.log_path, self.run_dir / "curve.png")
-            logger.info(
-                "step %d: %s",
-                self.progress.step,
-                ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "kind"),
-            )
-
-        self._on_main(validate_and_save)
+    def _validate_and_save_on_main(self, rng: list[dict]) -> None:
+        metric = self.task.metric
+        record = {
+            "kind": "valid",
+            "step": self.progress.step,
+            **dev_loss(self.model, self.data, self.config, self.device, self._autocast),
+        }
+        if self.config.train.valid_bleu:
+            record[metric] = dev_score(self.model, self.data, self.config, self.device, self.task)
+        self._log(record)
+        # Without the task's score, a lower dev loss is better.
+        score = record[metric] if metric in record else -record["loss"]
+        higher = self.task.higher_is_better if metric in record else True
+        self.store.save(self._state(rng), self.progress.step, score, higher_is_better=higher)
+        plot_learning_curve(self.log.path, self.run_dir / "curve.png", metric)
+        logger.info(
+            "step %d: %s",
+            self.progress.step,
+            ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "kind"),
+        )
 
     def _on_main(self, work: Callable[[], None]) -> None:
         """Do `work` in the main process only; if it fails there, every process stops."""
@@ -374,6 +335,7 @@ class Trainer:
             "progress": vars(self.progress).copy(),
             "rng": rng,  # one per process
             "config": self.config.to_json(),
+            "vocab": self.vocab.serialized,  # so that one file is a whole model
         }
 
     def _log(self, record: dict) -> None:
@@ -381,7 +343,7 @@ class Trainer:
             return
         record.setdefault("step", self.progress.step)
         record["elapsed"] = round(self.progress.elapsed, 2)
-        append_log(self.log_path, record)
+        self.log.write(record)
 
     def _average(self) -> Path:
         """Average the last `train.average_last` checkpoints (s6.1) into `average.pt`."""
@@ -399,13 +361,6 @@ class Trainer:
 
         self._on_main(write_average)
         return out
-
-
-def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
 
 
 class _explain_out_of_memory:

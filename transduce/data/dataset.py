@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 import sentencepiece
 
-from transduce.bpe import Vocab, train_joint
-from transduce.corpus import DataError, LengthFilter, ParallelText, filter_pairs, read_parallel
+from ..config import TaskConfig
+from .bpe import Vocab, train_joint
+from .corpus import DataError, LengthFilter, ParallelText, filter_pairs, read_parallel
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,16 @@ class PreparedData:
             self._splits[name] = EncodedSplit.load(self.path / f"{name}.npz")
         return self._splits[name]
 
+    @property
+    def task(self) -> TaskConfig:
+        """The task recorded by `prepare`; folders from before tasks were recorded are
+        translation, scored lowercased on tokens when their variant was `tok`."""
+        if "task" in self.meta:
+            return TaskConfig(**self.meta["task"])
+        if self.meta.get("description", {}).get("variant") == "tok":
+            return TaskConfig(tokenize="none", lowercase=True)
+        return TaskConfig()
+
     def text(self, name: str) -> ParallelText:
         """The unfiltered text of a dev/test split (training text is not kept)."""
         self._check(name)
@@ -122,6 +133,7 @@ def prepare(
     vocab_size: int,
     length_filter: LengthFilter,
     description: dict,
+    task: TaskConfig | None = None,
     character_coverage: float = 1.0,
     force: bool = False,
 ) -> PreparedData:
@@ -130,6 +142,7 @@ def prepare(
     `splits` maps names ("train" required, e.g. "dev", "test") to (src file, tgt file), as
     `corpus.corpus_files` returns. Reuses `out` when it was prepared from the same file contents
     and options, unless `force`. Writes go to a temporary folder that is renamed at the end.
+    `task` (default: translation scored by sacreBLEU's defaults) is recorded for training.
     """
     if "train" not in splits:
         raise DataError(f"prepare needs a train split; got {', '.join(splits) or 'none'}")
@@ -139,6 +152,7 @@ def prepare(
         "length_filter": dataclasses.asdict(length_filter),
         "character_coverage": character_coverage,
         "description": description,
+        "task": dataclasses.asdict(task or TaskConfig()),
     }
     fingerprint = _fingerprint(splits, options)
     if not force and _stored_fingerprint(out) == fingerprint:

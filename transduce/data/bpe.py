@@ -11,7 +11,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from transduce.corpus import DataError
+from .corpus import DataError
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SEED = 1

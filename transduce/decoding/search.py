@@ -1,30 +1,18 @@
 """Greedy and beam search (s6.1): beam 4, length penalty alpha = 0.6, maximum length input + 50,
 terminating early when possible.
 
-Search talks to a model through `encode`, `init_cache` and `step`, and to the decoder state only
-through `cache.reorder`, so it never branches on the model type.
+Search talks to a model through the contract's `encode`, `init_cache` and `step`, and to the
+decoder state only through `cache.reorder`, so it never branches on the model family.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-
-class Cache(Protocol):
-    def reorder(self, index: Tensor, group: int | None = None) -> None:
-        """Keep rows `index`; from then on `group` rows per sentence (None: as before)."""
-
-
-class Decoder(Protocol):
-    def encode(self, src: Tensor) -> Any: ...
-
-    def init_cache(self, encoded: Any, group: int = 1) -> Cache: ...
-
-    def step(self, tokens: Tensor, cache: Cache) -> Tensor: ...
+from ..models.contract import Cache, Seq2Seq
 
 
 @dataclass
@@ -49,7 +37,7 @@ def max_lengths(src: Tensor, pad: int, a: float, b: int, cap: int | None = None)
 
 
 def _next_token_log_probs(
-    model: Decoder, tokens: Tensor, cache: Cache, forced_end: Tensor, specials: tuple[int, int, int]
+    model: Seq2Seq, tokens: Tensor, cache: Cache, forced_end: Tensor, specials: tuple[int, int, int]
 ) -> Tensor:
     """(N, V) log-probabilities; padding and BOS are never generated, and rows at their length
     limit may only end."""
@@ -65,7 +53,7 @@ def _next_token_log_probs(
 
 @torch.no_grad()
 def greedy_search(
-    model: Decoder,
+    model: Seq2Seq,
     src: Tensor,
     *,
     bos: int,
@@ -100,7 +88,7 @@ def greedy_search(
 
 @torch.no_grad()
 def beam_search(
-    model: Decoder,
+    model: Seq2Seq,
     src: Tensor,
     *,
     bos: int,

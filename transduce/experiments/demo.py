@@ -8,12 +8,14 @@ import logging
 import shutil
 from pathlib import Path
 
-from .config import override, parse_assignments, tiny
-from .corpus import LengthFilter, corpus_files
-from .dataset import prepare
-from .metrics import bleu, chrf
-from .train import train
-from .translate import Translator
+from ..config import override, parse_assignments
+from ..data.corpus import LengthFilter, corpus_files, is_tokenized
+from ..data.dataset import prepare
+from ..decoding.translate import Translator
+from ..presets import tiny
+from ..tasks.metrics import bleu, chrf
+from ..tasks.translation import scoring
+from ..training.loop import train
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ def run_demo(
         vocab_size=10000,
         length_filter=LengthFilter(),
         description={"corpus": "multi30k", "variant": variant, "src": src, "tgt": tgt},
+        task=scoring(is_tokenized("multi30k", variant)),
     )
     run_dir = out / "run"
     if run_dir.exists():  # the demo's own folder: each demo trains afresh

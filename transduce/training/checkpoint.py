@@ -3,10 +3,11 @@
 The paper averages the last 5 (base) or 20 (big) checkpoints, written every 10 minutes (s6.1).
 This module owns the files that make that possible and that let `--resume` survive a kill.
 
-State layout (a convention of train.py; this module reads only "model" and "step")::
+State layout (a convention of training/loop.py; this module reads only "model" and "step")::
 
     {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": int,
-     "config": Config as a JSON str, "rng": {...}, "sampler": {...}, ...}
+     "config": Config as a JSON str, "vocab": the sentencepiece model as bytes,
+     "progress": {...}, "rng": [...], ...}
 
 Values must be what `torch.load(weights_only=True)` accepts: tensors (torch RNG states are uint8
 tensors), dicts, lists, tuples (python `random.getstate()` is fine), str, int, float, bool, None,
@@ -14,6 +15,9 @@ dtypes. NumPy arrays and arbitrary objects are refused on load; convert them to 
 
 File format: one header line ``TRANSDUCE-CKPT 1 <payload bytes> <sha256 hex>\\n``, then the
 `torch.save` payload, so a truncated, corrupted or foreign file is detected before unpickling.
+
+A run folder's model is ``run_dir/average.pt`` when training finished, else its newest step
+file (`default_checkpoint`).
 
 Store layout under ``run_dir/checkpoints/``: ``step_{step:08d}.pt``, ``best.pt`` (a copy, not a
 symlink) and ``index.json``. Write order is step file, best.pt, index, then deletions, so a crash
@@ -40,6 +44,7 @@ MAGIC = b"TRANSDUCE-CKPT"
 VERSION = 1
 _HEADER_MAX = 256  # the header is ~100 bytes; a longer first line is not ours
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+AVERAGE_FILE = "average.pt"
 
 
 class CheckpointError(RuntimeError):
@@ -325,3 +330,16 @@ def _from_sum(value: Any, dtype: torch.dtype | None, n: int) -> Any:
     if isinstance(value, torch.Tensor) and value.is_floating_point():
         return (value / n).to(dtype)
     return value
+
+
+def default_checkpoint(run_dir: Path) -> Path:
+    """The run's averaged model if training finished, else its newest step checkpoint."""
+    run_dir = Path(run_dir)
+    average_path = run_dir / AVERAGE_FILE
+    if average_path.exists():
+        return average_path
+    store = CheckpointStore(run_dir, keep_last=1)
+    steps = store.steps()
+    if not steps:
+        raise FileNotFoundError(f"{run_dir}: no checkpoint found (has training started?)")
+    return store.path(steps[-1])

@@ -35,6 +35,8 @@ class Variant:
     url: str  # template with {split} (the upstream name) and {lang}
     local: str  # the same file relative to data_dir
     languages: tuple[str, ...]
+    # lowercased and split into tokens already: scored as published, lowercased on those tokens
+    tokenized: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ CORPORA: dict[str, Corpus] = {
                 url=_M30K + "/tok/{split}.lc.norm.tok.{lang}.gz",
                 local="multi30k/tok/{split}.lc.norm.tok.{lang}.gz",
                 languages=("en", "de", "fr"),
+                tokenized=True,
             ),
         },
     ),
@@ -74,11 +77,12 @@ CORPORA: dict[str, Corpus] = {
         splits={"train": "train", "dev": "dev", "test": "test"},
         lines={"train": 50000, "dev": 500, "test": 500},
         variants={
-            # upstream files are plain text; the local copies are gzipped
+            # upstream files are plain text, lowercased and tokenized; local copies are gzipped
             "raw": Variant(
                 url=_ENJA + "/{split}.{lang}",
                 local="small_parallel_enja/{split}.{lang}.gz",
                 languages=("en", "ja"),
+                tokenized=True,
             ),
         },
         optional_local=frozenset({"test"}),
@@ -114,6 +118,12 @@ def corpus_files(
         ]
         files[split] = (pair[0], pair[1])
     return files
+
+
+def is_tokenized(corpus: str, variant: str = "raw") -> bool:
+    """Whether a named corpus's text is lowercased and tokenized already (as Multi30k's `tok`)."""
+    spec = CORPORA.get(corpus)
+    return bool(spec and variant in spec.variants and spec.variants[variant].tokenized)
 
 
 def _lookup(corpus: str, src: str, tgt: str, variant: str) -> tuple[Corpus, Variant]:

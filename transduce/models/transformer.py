@@ -7,14 +7,14 @@ same layer code run on a length-1 input, and `attention_maps` returns every atte
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from ..config import TransformerConfig
 from .attention import MultiHeadAttention, padding_mask
 from .cache import DecoderCache, LayerCache
-from .config import ModelConfig
+from .contract import AttentionMaps, Encoded
 from .matmul import Linear, linear
 
 
@@ -32,7 +32,7 @@ def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
 class Embeddings(nn.Module):
     """Token embeddings scaled by sqrt(d_model) plus positions, then dropout (s3.4, s3.5, s5.4)."""
 
-    def __init__(self, tokens: nn.Embedding, config: ModelConfig):
+    def __init__(self, tokens: nn.Embedding, config: TransformerConfig):
         super().__init__()
         self.tokens = tokens
         self.scale = math.sqrt(config.d_model)
@@ -95,7 +95,7 @@ class Residual(nn.Module):
         return y if self.pre_norm else self.norm(y)
 
 
-def _attention(config: ModelConfig) -> MultiHeadAttention:
+def _attention(config: TransformerConfig) -> MultiHeadAttention:
     return MultiHeadAttention(
         config.d_model, config.h, config.d_k, config.d_v, config.attention_dropout
     )
@@ -104,7 +104,7 @@ def _attention(config: ModelConfig) -> MultiHeadAttention:
 class EncoderLayer(nn.Module):
     """Self-attention, then the feed-forward network, each in a residual block (s3.1)."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: TransformerConfig):
         super().__init__()
         self.self_attn = _attention(config)
         self.self_attn_residual = Residual(config.d_model, config.dropout, config.pre_norm)
@@ -124,7 +124,7 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, attention over the encoder output, then the FFN (s3.1)."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: TransformerConfig):
         super().__init__()
         self.self_attn = _attention(config)
         self.self_attn_residual = Residual(config.d_model, config.dropout, config.pre_norm)
@@ -158,27 +158,10 @@ class DecoderLayer(nn.Module):
         return x, self_weights, cross_weights
 
 
-@dataclass
-class Encoded:
-    """The encoder's output and the source padding mask (True = real token)."""
-
-    memory: Tensor  # (B, S, d_model)
-    src_pad_mask: Tensor  # (B, S)
-
-
-@dataclass
-class AttentionMaps:
-    """Every attention weight of one forward pass, per layer, each (B, h, Tq, Tk)."""
-
-    encoder_self: list[Tensor]
-    decoder_self: list[Tensor]
-    decoder_cross: list[Tensor]
-
-
 class Transformer(nn.Module):
-    """The encoder-decoder of s3 with tied embeddings (s3.4)."""
+    """The encoder-decoder of s3 with tied embeddings (s3.4); implements `contract.Seq2Seq`."""
 
-    def __init__(self, config: ModelConfig, pad: int = 0):
+    def __init__(self, config: TransformerConfig, pad: int = 0):
         super().__init__()
         if config.vocab_size <= 0:
             raise ValueError("model.vocab_size must be set (it comes from the data's vocabulary)")
@@ -197,7 +180,7 @@ class Transformer(nn.Module):
         )
         self._init_linear_weights()
 
-    def _token_embedding(self, config: ModelConfig) -> nn.Embedding:
+    def _token_embedding(self, config: TransformerConfig) -> nn.Embedding:
         embedding = nn.Embedding(config.vocab_size, config.d_model, padding_idx=self.pad)
         # std d_model^-0.5: after the sqrt(d_model) scale each embedding has unit variance.
         nn.init.normal_(embedding.weight, std=config.d_model**-0.5)
@@ -212,7 +195,12 @@ class Transformer(nn.Module):
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
 
-    # --- the three entry points -----------------------------------------------------------
+    @property
+    def max_positions(self) -> int | None:
+        """Learned positions end at their table; sinusoids extend to any length (s3.5)."""
+        return self.config.max_positions if self.config.positions == "learned" else None
+
+    # --- the entry points of the contract -----------------------------------------------------
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
@@ -244,7 +232,8 @@ class Transformer(nn.Module):
         logits, (decoder_self, decoder_cross) = self._decode(
             tgt_in, self.init_cache(encoded), need_weights=True
         )
-        return logits, AttentionMaps(encoder_self, decoder_self, decoder_cross)
+        maps = AttentionMaps(decoder_cross, encoder_self=encoder_self, decoder_self=decoder_self)
+        return logits, maps
 
     # --- the stacks -------------------------------------------------------------------------
 
@@ -274,8 +263,3 @@ class Transformer(nn.Module):
         x = self.decoder_norm(x)
         weight = self.tgt_embed.tokens.weight if self.output is None else self.output.weight
         return linear(x, weight), (self_weights, cross_weights)  # (N, T, V)
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Distinct trainable parameters; a tied matrix counts once."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)

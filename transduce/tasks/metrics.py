@@ -30,14 +30,23 @@ def _check(hypotheses: list[str], references: list[str]) -> None:
         )
 
 
-def bleu(hypotheses: list[str], references: list[str], lowercase_tokenized: bool = False) -> Score:
-    """Corpus BLEU of one reference per hypothesis."""
+def bleu(
+    hypotheses: list[str],
+    references: list[str],
+    lowercase_tokenized: bool = False,
+    *,
+    tokenize: str = "13a",
+    lowercase: bool = False,
+) -> Score:
+    """Corpus BLEU of one reference per hypothesis, with sacreBLEU's `tokenize` and `lowercase`.
+
+    `lowercase_tokenized=True` is `tokenize="none", lowercase=True`.
+    """
     _check(hypotheses, references)
     if lowercase_tokenized:
-        # force: the text is tokenized on purpose, so sacreBLEU's warning about it is moot
-        metric = sacrebleu.BLEU(tokenize="none", lowercase=True, force=True)
-    else:
-        metric = sacrebleu.BLEU()
+        tokenize, lowercase = "none", True
+    # force: text tokenized on purpose makes sacreBLEU's warning about it moot
+    metric = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase, force=tokenize == "none")
     result = metric.corpus_score(hypotheses, [references])
     return Score("BLEU", result.score, str(metric.get_signature()), str(result))
 

@@ -1,4 +1,4 @@
-"""Export a trained run: a Hugging Face model folder, and from it CTranslate2.
+"""Export a trained model as a Hugging Face model folder (ctranslate2.py converts it on).
 
 A post-norm model becomes a `MarianMTModel`: the paper's architecture (post-norm, scaled and
 tied embeddings, sinusoids). A pre-norm one becomes a `PegasusForConditionalGeneration`: the
@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from .bpe import Vocab
-from .checkpoint import load
-from .config import Config, ModelConfig
-from .translate import default_checkpoint
+from ..config import TransformerConfig
+from ..data.bpe import Vocab
+from ..models.saved import SavedModel, load_model
 
 logger = logging.getLogger(__name__)
 
@@ -33,89 +29,32 @@ class ExportError(ValueError):
     """This model cannot be expressed in the target format; the message says why."""
 
 
-def export_hf(run_dir: Path, out: Path, checkpoint: Path | None = None) -> Path:
+def export_hf(model: Path, out: Path, checkpoint: Path | None = None) -> Path:
     """Write `out/` with config.json, model.safetensors and the tokenizer's files.
 
-    MarianMTModel for a post-norm model, PegasusForConditionalGeneration for a pre-norm one.
+    `model` is a run folder or a checkpoint file. MarianMTModel for a post-norm model,
+    PegasusForConditionalGeneration for a pre-norm one.
     """
     import transformers
 
-    run_dir = Path(run_dir)
-    state = load(checkpoint or default_checkpoint(run_dir))
-    config = Config.from_dict(json.loads(state["config"])).model
-    vocab = Vocab.load(run_dir / "vocab.model")
-    _check_exportable(config)
+    saved = load_model(model, checkpoint)
+    config, vocab = _exportable(saved), saved.vocab
     config_class, model_class = HF_ARCHITECTURES[config.pre_norm]
     settings = getattr(transformers, config_class)(**hf_settings(config, vocab))
-    model = getattr(transformers, model_class)(settings)
-    missing, unexpected = model.load_state_dict(hf_weights(state["model"], config), strict=False)
+    hf_model = getattr(transformers, model_class)(settings)
+    weights = hf_weights(saved.model.state_dict(), config)
+    missing, unexpected = hf_model.load_state_dict(weights, strict=False)
     # The model computes its sinusoid table itself; nothing else may be left over.
     missing = [k for k in missing if "embed_positions" not in k]
     if missing or unexpected:
         raise ExportError(
             f"weights did not map onto {model_class}: missing {missing}, extra {unexpected}"
         )
-    model.generation_config.max_length = config.max_positions
-    model.save_pretrained(out)
-    _write_tokenizer_files(run_dir / "vocab.model", vocab, Path(out))
-    logger.info("exported %s to %s (Hugging Face %s)", run_dir, out, model_class)
+    hf_model.generation_config.max_length = config.max_positions
+    hf_model.save_pretrained(out)
+    _write_tokenizer_files(vocab, Path(out))
+    logger.info("exported %s to %s (Hugging Face %s)", saved.path, out, model_class)
     return Path(out)
-
-
-def export_ctranslate2(
-    run_dir: Path, out: Path, checkpoint: Path | None = None, quantize: str | None = None
-) -> Path:
-    """Through the Hugging Face export, CTranslate2's converter; `quantize` e.g. "int8"."""
-    import ctranslate2
-
-    with tempfile.TemporaryDirectory() as hf_dir, _our_conventions():
-        export_hf(run_dir, Path(hf_dir), checkpoint)
-        converter = ctranslate2.converters.TransformersConverter(hf_dir)
-        converter.convert(str(out), quantization=quantize, force=True)
-    shutil.copyfile(Path(run_dir) / "vocab.model", Path(out) / "vocab.model")
-    logger.info("exported %s to %s (CTranslate2, %s)", run_dir, out, quantize or "float32")
-    return Path(out)
-
-
-@contextmanager
-def _our_conventions():
-    """CTranslate2's Marian and Pegasus loaders, told that our decoder starts from BOS.
-
-    Its Marian loader assumes the Marian toolkit's conventions: the decoder starts from a zero
-    vector and <pad> is the last token, which it removes; its Pegasus loader starts the decoder
-    from <pad>. Ours starts from the BOS embedding and keeps every token, so for the length of
-    one conversion loaders that say so take their place.
-    """
-    from ctranslate2.converters import transformers as ct2_transformers
-
-    class OurLoader(ct2_transformers.BartLoader):
-        def __init__(self, architecture: str, pre_norm: bool):
-            super().__init__()
-            self._architecture, self._pre_norm = architecture, pre_norm
-
-        @property
-        def architecture_name(self):
-            return self._architecture
-
-        def get_model_spec(self, model):
-            model.config.normalize_before = self._pre_norm
-            model.config.normalize_embedding = False
-            return super().get_model_spec(model)
-
-        def set_config(self, config, model, tokenizer):
-            super().set_config(config, model, tokenizer)
-            config.bos_token = tokenizer.convert_ids_to_tokens(model.config.bos_token_id)
-
-    registry = ct2_transformers._MODEL_LOADERS
-    originals = {
-        config_class: registry[config_class] for config_class, _ in HF_ARCHITECTURES.values()
-    }
-    for pre_norm, (config_class, model_class) in HF_ARCHITECTURES.items():
-        registry[config_class] = OurLoader(model_class, pre_norm)
-    try:
-        yield
-    finally:
-        registry.update(originals)
 
 
 # The Hugging Face (config, model) classes that compute our function, by `model.pre_norm`.
@@ -125,7 +64,7 @@ HF_ARCHITECTURES = {
 }
 
 
-def hf_settings(config: ModelConfig, vocab: Vocab) -> dict:
+def hf_settings(config: TransformerConfig, vocab: Vocab) -> dict:
     return {
         "vocab_size": config.vocab_size,
         "d_model": config.d_model,
@@ -149,7 +88,7 @@ def hf_settings(config: ModelConfig, vocab: Vocab) -> dict:
     }
 
 
-def hf_weights(ours: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
+def hf_weights(ours: dict[str, Tensor], config: TransformerConfig) -> dict[str, Tensor]:
     """Our state dict under Marian's (Pegasus's) names, each d_model axis permuted to their
     sin|cos layout. The names are the same in both; in a pre-norm model each `*_layer_norm`
     is the one before its sublayer, and the stacks' final norms are `layer_norm`."""
@@ -210,7 +149,14 @@ def _norm(ours: dict, src: str, dst: str, perm: Tensor) -> dict:
     return {f"{dst}.weight": ours[f"{src}.weight"][perm], f"{dst}.bias": ours[f"{src}.bias"][perm]}
 
 
-def _check_exportable(config: ModelConfig) -> None:
+def _exportable(saved: SavedModel) -> TransformerConfig:
+    """The model's config if Marian or Pegasus can hold the model exactly, else why not."""
+    config = saved.config.model
+    if not isinstance(config, TransformerConfig):
+        raise ExportError(
+            f"cannot export a model of family {config.family!r}: Hugging Face's Marian and "
+            "Pegasus (and CTranslate2 through them) hold the Transformer only"
+        )
     family = HF_ARCHITECTURES[config.pre_norm][1]
     problems = []
     if config.positions != "sinusoidal":
@@ -221,12 +167,13 @@ def _check_exportable(config: ModelConfig) -> None:
         problems.append("d_k or d_v other than d_model / h")
     if problems:
         raise ExportError(f"cannot export to {family}: " + "; ".join(problems))
+    return config
 
 
-def _write_tokenizer_files(spm_path: Path, vocab: Vocab, out: Path) -> None:
+def _write_tokenizer_files(vocab: Vocab, out: Path) -> None:
     """MarianTokenizer's files: the one joint model twice, and its pieces by id."""
-    shutil.copyfile(spm_path, out / "source.spm")
-    shutil.copyfile(spm_path, out / "target.spm")
+    (out / "source.spm").write_bytes(vocab.serialized)
+    (out / "target.spm").write_bytes(vocab.serialized)
     pieces = {vocab.pieces([i])[0]: i for i in range(vocab.size)}
     (out / "vocab.json").write_text(json.dumps(pieces, ensure_ascii=False))
     settings = {

@@ -1,4 +1,4 @@
-"""Validation on the dev set: loss, per-token perplexity and BLEU (s6.1)."""
+"""Validation on the dev set: loss and per-token perplexity, and the task's score (s6.1)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ from dataclasses import replace
 
 import torch
 
-from .batching import TokenBatchSampler, collate
-from .config import Config
-from .dataset import PreparedData
+from ..config import Config
+from ..data.batching import TokenBatchSampler, collate
+from ..data.dataset import PreparedData
+from ..decoding.translate import decode_ids
+from ..models import Seq2Seq
+from ..tasks import Task
 from .loss import label_smoothed_loss
-from .metrics import bleu
-from .transformer import Transformer
-from .translate import decode_ids
 
 
 @torch.no_grad()
 def dev_loss(
-    model: Transformer,
+    model: Seq2Seq,
     data: PreparedData,
     config: Config,
     device: torch.device,
@@ -48,14 +48,15 @@ def dev_loss(
     return {"loss": loss / n_tokens, "nll": nll / n_tokens, "ppl": math.exp(nll / n_tokens)}
 
 
-def dev_bleu(model: Transformer, data: PreparedData, config: Config, device: torch.device) -> float:
-    """BLEU of the dev set decoded with `train.valid_beam` (1: greedy, cheap)."""
+def dev_score(
+    model: Seq2Seq, data: PreparedData, config: Config, device: torch.device, task: Task
+) -> float:
+    """The task's score of the dev set decoded with `train.valid_beam` (1: greedy, cheap)."""
     split, text = data.split("dev"), data.text("dev")
     sources = [split.pair(i)[0].tolist() for i in range(len(split))]
     decode = replace(config.decode, beam_size=config.train.valid_beam, n_best=1)
     hypotheses = decode_ids(model, data.vocab, sources, decode, device)
     outputs = data.vocab.decode([h[0].tokens for h in hypotheses])
+    source_text = [text.src[i] for i in split.index]
     references = [text.tgt[i] for i in split.index]
-    # Pre-tokenized data is scored as results published on it are: lowercased, tokenized.
-    tokenized = data.meta.get("description", {}).get("variant") == "tok"
-    return bleu(outputs, references, lowercase_tokenized=tokenized).score
+    return task.score(task.postprocess(outputs, source_text), references).score

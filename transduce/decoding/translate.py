@@ -1,32 +1,30 @@
-"""Translating text with a trained run: encode, batch by length, beam search, decode (s6.1)."""
+"""Translating text with a trained model: encode, batch by length, beam search, decode (s6.1)."""
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from .batching import collate
-from .bpe import Vocab
-from .checkpoint import CheckpointStore, load
-from .config import Config, DecodeConfig
-from .matmul import as_torch_linears, packed_for_inference
-from .runtime import pick_device
+from ..config import DecodeConfig, TaskConfig
+from ..data.batching import collate
+from ..data.bpe import Vocab
+from ..models import Seq2Seq
+from ..models.matmul import as_torch_linears, packed_for_inference
+from ..models.saved import load_model
+from ..runtime import pick_device
+from ..tasks import get_task
 from .search import Hypothesis, beam_search
-from .transformer import Transformer
 
 logger = logging.getLogger(__name__)
-
-AVERAGE_FILE = "average.pt"
 
 
 @torch.no_grad()
 def decode_ids(
-    model: Transformer,
+    model: Seq2Seq,
     vocab: Vocab,
     sources: list[list[int]],
     decode: DecodeConfig,
@@ -34,8 +32,7 @@ def decode_ids(
 ) -> list[list[Hypothesis]]:
     """Beam search over id sequences (without EOS), batched by length; results in input order."""
     model.eval()
-    # Learned positions end at max_positions: no hypothesis may outgrow the table.
-    cap = model.config.max_positions if model.config.positions == "learned" else None
+    cap = model.max_positions  # e.g. learned positions: no hypothesis may outgrow the table
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     with packed_for_inference():
@@ -61,39 +58,42 @@ def decode_ids(
 
 
 class Translator:
-    """A trained model with its vocabulary: raw text in, translations out."""
+    """A trained model with its vocabulary: raw text in, the task's output out."""
 
     def __init__(
-        self, model: Transformer, vocab: Vocab, decode: DecodeConfig, device: torch.device
+        self,
+        model: Seq2Seq,
+        vocab: Vocab,
+        decode: DecodeConfig,
+        device: torch.device,
+        task: TaskConfig | None = None,
     ):
         self.model, self.vocab, self.decode, self.device = model.eval(), vocab, decode, device
+        self.task = get_task(task or TaskConfig())
 
     @classmethod
     def load(
         cls,
-        run_dir: Path,
+        model: Path | str,
         checkpoint: Path | None = None,
         device: str | None = None,
         int8: bool = False,
     ) -> Translator:
-        """The run's averaged checkpoint if there is one, else its latest; or `checkpoint`.
+        """A checkpoint file, or a run folder: its averaged model if there is one, else its
+        newest checkpoint, or `checkpoint`.
 
         `int8`: the linear layers' weights in int8 (CPU dynamic quantization, see `quantized`).
         """
-        run_dir = Path(run_dir)
-        path = checkpoint or default_checkpoint(run_dir)
-        state = load(path)
-        config = Config.from_dict(json.loads(state["config"]))
-        vocab = Vocab.load(run_dir / "vocab.model")
-        model = Transformer(config.model, pad=vocab.pad)
-        model.load_state_dict(state["model"])
+        saved = load_model(model, checkpoint)
         target = pick_device(device)
+        network = saved.model
         if int8:
             if target.type != "cpu":
                 raise ValueError("int8 decoding is for the CPU; on a GPU, leave it out")
-            model = quantized(model)
-        logger.info("loaded %s (step %s) on %s", path, state.get("step"), target)
-        return cls(model.to(target), vocab, config.decode, target)
+            network = quantized(network)
+        logger.info("loaded %s (step %s) on %s", saved.path, saved.step, target)
+        config = saved.config
+        return cls(network.to(target), saved.vocab, config.decode, target, config.task)
 
     def translate(
         self, lines: list[str], decode: DecodeConfig | None = None
@@ -112,22 +112,23 @@ class Translator:
         results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
         for i, hyps in zip(todo, hypotheses, strict=True):
             texts = self.vocab.decode([h.tokens for h in hyps])
+            texts = self.task.postprocess(texts, [lines[i].strip()] * len(texts))
             results[i] = [(text, h.score) for text, h in zip(texts, hyps, strict=True)]
         return results
 
     def _check_lengths(self, sources: list[list[int]]) -> None:
-        config = self.model.config
-        if config.positions != "learned":
-            return  # sinusoids extend to any length
+        limit = self.model.max_positions
+        if limit is None:
+            return  # e.g. sinusoids extend to any length
         for line, ids in enumerate(sources, start=1):
-            if len(ids) + 1 > config.max_positions:
+            if len(ids) + 1 > limit:
                 raise ValueError(
                     f"input line {line}: {len(ids) + 1} subwords exceed the model's "
-                    f"max_positions={config.max_positions}"
+                    f"max_positions={limit}"
                 )
 
 
-def quantized(model: Transformer) -> Transformer:
+def quantized(model: Seq2Seq) -> Seq2Seq:
     """Every nn.Linear with int8 weights and activations quantized per batch (dynamic).
 
     The tied embedding / output projection stays float32. On a 2-core CPU, `small` size,
@@ -136,13 +137,3 @@ def quantized(model: Transformer) -> Transformer:
     """
     plain = as_torch_linears(copy.deepcopy(model).eval())  # it matches nn.Linear by exact type
     return torch.ao.quantization.quantize_dynamic(plain, {nn.Linear}, torch.qint8, inplace=True)
-
-
-def default_checkpoint(run_dir: Path) -> Path:
-    average = run_dir / AVERAGE_FILE
-    if average.exists():
-        return average
-    steps = CheckpointStore(run_dir, keep_last=1).steps()
-    if not steps:
-        raise FileNotFoundError(f"{run_dir}: no checkpoint found (has training started?)")
-    return CheckpointStore(run_dir, keep_last=1).path(steps[-1])

@@ -1,4 +1,5 @@
-"""A run's folder: the checks before training, the JSON-lines log, throughput, the curve plot."""
+"""A run's folder: the checks before training, the files that describe the run, the JSON-lines
+log (mirrored to TensorBoard when it is installed), throughput, and the learning-curve plot."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .config import Config
+from ..config import Config
+from ..data.dataset import PreparedData
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,53 @@ def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
             )
     elif not resume and (run_dir / "checkpoints").exists():
         raise RunFolderError(f"{run_dir} already holds a run: pass --resume or a new --out")
+
+
+def write_run_folder(run_dir: Path, config: Config, data: PreparedData, resume: bool) -> None:
+    """Check the folder, then write (on resume: compare) what rebuilds the run's model."""
+    check_writable(run_dir)
+    check_same_run(run_dir, config, resume)
+    (run_dir / "config.json").write_text(config.to_json())
+    shutil.copyfile(data.path / "vocab.model", run_dir / "vocab.model")
+    (run_dir / "data.json").write_text(json.dumps(data.meta, indent=2))
+    if not resume:
+        keep_log_until(run_dir / LOG_FILE, 0)
+
+
+LOG_FILE = "log.jsonl"
+
+
+class RunLog:
+    """The run's records: one JSON line each in log.jsonl, and TensorBoard scalars beside it.
+
+    TensorBoard (`pip install 'transduce[tensorboard]'`) gets `train/*` and `valid/*` scalars
+    under `run_dir/tensorboard`; a resumed run hides the events a killed session wrote after its
+    checkpoint, as the JSON log forgets them.
+    """
+
+    def __init__(self, run_dir: Path, resumed_at: int | None = None):
+        self.path = run_dir / LOG_FILE
+        self._board = _summary_writer(run_dir / "tensorboard", resumed_at)
+
+    def write(self, record: dict) -> None:
+        append_log(self.path, record)
+        if self._board is not None:
+            for name, value in record.items():
+                if name not in ("kind", "step") and isinstance(value, int | float):
+                    self._board.add_scalar(f"{record['kind']}/{name}", value, record["step"])
+            self._board.flush()
+
+    def close(self) -> None:
+        if self._board is not None:
+            self._board.close()
+
+
+def _summary_writer(folder: Path, resumed_at: int | None):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # the optional extra is not installed: the JSON log is the record
+        return None
+    return SummaryWriter(str(folder), purge_step=resumed_at)
 
 
 def read_log(path: Path) -> list[dict]:
@@ -107,8 +156,8 @@ class Window:
         }
 
 
-def plot_learning_curve(log_path: Path, png_path: Path) -> None:
-    """Training and dev loss against updates, and dev BLEU on a second axis."""
+def plot_learning_curve(log_path: Path, png_path: Path, metric: str = "bleu") -> None:
+    """Training and dev loss against updates, and the task's dev `metric` on a second axis."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: write the file only
@@ -123,18 +172,18 @@ def plot_learning_curve(log_path: Path, png_path: Path) -> None:
     loss_axis.set_xlabel("update")
     loss_axis.set_ylabel("loss per token (label-smoothed)")
     lines, labels = loss_axis.get_legend_handles_labels()
-    scored = [r for r in valid if "bleu" in r]
+    scored = [r for r in valid if metric in r]
     if scored:
-        bleu_axis = loss_axis.twinx()
-        bleu_axis.plot(
+        metric_axis = loss_axis.twinx()
+        metric_axis.plot(
             [r["step"] for r in scored],
-            [r["bleu"] for r in scored],
+            [r[metric] for r in scored],
             "s-",
             color="C2",
-            label="dev BLEU",
+            label=f"dev {metric.upper()}",
         )
-        bleu_axis.set_ylabel("BLEU")
-        more_lines, more_labels = bleu_axis.get_legend_handles_labels()
+        metric_axis.set_ylabel(metric.upper())
+        more_lines, more_labels = metric_axis.get_legend_handles_labels()
         lines, labels = lines + more_lines, labels + more_labels
     loss_axis.legend(lines, labels, loc="center right")
     figure.tight_layout()

@@ -1,0 +1,44 @@
+"""What several verbs share: the corpora folder's default, and --set overrides onto a preset."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+
+def env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def add_config_arguments(p: argparse.ArgumentParser, default_preset: str | None) -> None:
+    """--preset, --config FILE.yaml and --set KEY=VALUE, applied in that order."""
+    p.add_argument(
+        "--preset",
+        default=default_preset,
+        required=default_preset is None,
+        help="base, big, tiny, small, or a Table 3 row such as B1"
+        + (f" (default {default_preset})" if default_preset else ""),
+    )
+    p.add_argument("--config", type=Path, help="YAML of overrides: {train: {max_steps: 2000}}")
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides such as train.warmup_steps=2000 model.pre_norm=true",
+    )
+
+
+def config_from(args: argparse.Namespace, flags: dict[str, object] | None = None):
+    """The preset, then the YAML file, then --set, then the flags that are not None."""
+    from ..config import load_overrides, override, parse_assignments
+    from ..presets import preset
+
+    config = preset(args.preset)
+    if getattr(args, "config", None):
+        config = override(config, load_overrides(args.config))
+    config = override(config, parse_assignments(args.set))
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    return override(config, given)

@@ -1,0 +1,118 @@
+"""`transduce prepare`: read or download a corpus, train the joint BPE, encode every split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import env_path
+
+WIDE_SCRIPTS = {"ja", "zh", "ko"}  # sentencepiece's advice: character coverage 0.9995
+
+
+def add_verbs(verbs) -> None:
+    p = verbs.add_parser(
+        "prepare",
+        help="read or download a corpus, train the BPE, encode it",
+        description="Prepare a parallel corpus: read it from --data-dir or "
+        "download it, check it, train a joint BPE, encode and store every split.",
+    )
+    p.add_argument("corpus", choices=["multi30k", "small_parallel_enja", "files"])
+    p.add_argument("--src", required=True, help="source language, e.g. en")
+    p.add_argument("--tgt", required=True, help="target language, e.g. de")
+    p.add_argument(
+        "--variant",
+        default="raw",
+        choices=["raw", "tok"],
+        help="multi30k: raw cased text, or the lowercased Moses-tokenized files",
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=env_path("TRANSDUCE_DATA"),
+        help="folder holding multi30k/ etc. (default $TRANSDUCE_DATA; else download)",
+    )
+    p.add_argument("--out", type=Path, required=True, help="folder for the prepared data")
+    p.add_argument("--vocab-size", type=int, default=10000, help="joint BPE size (paper: 37000)")
+    p.add_argument(
+        "--max-len",
+        type=int,
+        default=250,
+        help="drop training pairs with a side longer than this many subwords",
+    )
+    p.add_argument(
+        "--max-len-ratio",
+        type=float,
+        default=9.0,
+        help="drop training pairs whose length ratio exceeds this",
+    )
+    p.add_argument(
+        "--character-coverage",
+        type=float,
+        default=None,
+        help="sentencepiece character coverage (default 1.0; 0.9995 for ja/zh/ko)",
+    )
+    p.add_argument(
+        "--tokenized",
+        action="store_true",
+        help="with `files`: the text is lowercased and tokenized already; BLEU is then "
+        "computed lowercased on its tokens (named corpora know this themselves)",
+    )
+    for name in ("train", "dev", "test"):
+        p.add_argument(f"--{name}-src", type=Path, help=f"with `files`: the {name} source file")
+        p.add_argument(f"--{name}-tgt", type=Path, help=f"with `files`: the {name} target file")
+    p.add_argument("--force", action="store_true", help="redo even if --out is up to date")
+    p.set_defaults(run=_prepare)
+
+
+def _prepare(args) -> None:
+    import logging
+
+    from ..data.corpus import LengthFilter, corpus_files, is_tokenized
+    from ..data.dataset import prepare
+    from ..tasks.translation import scoring
+
+    if args.corpus == "files":
+        splits, tokenized = _user_files(args), args.tokenized
+    else:
+        splits = corpus_files(
+            args.corpus, args.src, args.tgt, variant=args.variant, data_dir=args.data_dir
+        )
+        tokenized = is_tokenized(args.corpus, args.variant)
+    coverage = args.character_coverage
+    if coverage is None:
+        coverage = 0.9995 if {args.src, args.tgt} & WIDE_SCRIPTS else 1.0
+    data = prepare(
+        splits,
+        args.out,
+        vocab_size=args.vocab_size,
+        length_filter=LengthFilter(max_len=args.max_len, max_len_ratio=args.max_len_ratio),
+        description={
+            "corpus": args.corpus,
+            "variant": args.variant,
+            "src": args.src,
+            "tgt": args.tgt,
+        },
+        task=scoring(tokenized),
+        character_coverage=coverage,
+        force=args.force,
+    )
+    logging.getLogger("transduce").info(
+        "prepared %s: splits %s, vocabulary %d, training pairs %s",
+        args.out,
+        ", ".join(data.splits),
+        data.vocab.size,
+        data.meta["filter_report"],
+    )
+
+
+def _user_files(args) -> dict[str, tuple[Path, Path]]:
+    splits = {}
+    for name in ("train", "dev", "test"):
+        src, tgt = getattr(args, f"{name}_src"), getattr(args, f"{name}_tgt")
+        if (src is None) != (tgt is None):
+            raise ValueError(f"give both --{name}-src and --{name}-tgt, or neither")
+        if src is not None:
+            splits[name] = (src, tgt)
+    if "train" not in splits or "dev" not in splits:
+        raise ValueError("`files` needs --train-src/--train-tgt and --dev-src/--dev-tgt")
+    return splits

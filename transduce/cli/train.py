@@ -1,0 +1,95 @@
+"""`transduce train`, `average` and `params`: the verbs of training and of a model's size."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from .common import add_config_arguments, config_from
+
+logger = logging.getLogger("transduce")
+
+
+def add_verbs(verbs) -> None:
+    _add_train(verbs)
+    _add_average(verbs)
+    _add_params(verbs)
+
+
+def _add_train(verbs) -> None:
+    p = verbs.add_parser(
+        "train",
+        help="train a model on prepared data",
+        description="Train a model (s5). Settings come from --preset, "
+        "then --config FILE.yaml, then --set key=value, then the flags.",
+    )
+    p.add_argument("--data", type=Path, required=True, help="a folder made by `prepare`")
+    add_config_arguments(p, default_preset="base")
+    p.add_argument("--out", type=Path, required=True, help="the run folder")
+    p.add_argument("--max-steps", type=int, help="= train.max_steps")
+    p.add_argument("--max-minutes", type=float, help="= train.max_minutes")
+    p.add_argument("--seed", type=int, help="= train.seed")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its newest good checkpoint",
+    )
+    p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: a GPU if there is one)")
+    p.set_defaults(run=_train)
+
+
+def _train(args) -> None:
+    from ..training.loop import train
+
+    flags = {
+        "train.max_steps": args.max_steps,
+        "train.max_minutes": args.max_minutes,
+        "train.seed": args.seed,
+    }
+    config = config_from(args, flags)
+    path = train(config, args.data, args.out, resume=args.resume, device=args.device)
+    logger.info("done: %s", path)
+
+
+def _add_average(verbs) -> None:
+    p = verbs.add_parser("average", help="average the last K checkpoints of a run")
+    p.add_argument("--model", type=Path, required=True, help="the run folder")
+    p.add_argument("--last", type=int, default=5, help="how many (the paper: 5 base, 20 big)")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(run=_average)
+
+
+def _average(args) -> None:
+    from ..training.checkpoint import CheckpointStore, average, save
+
+    paths = CheckpointStore(args.model, keep_last=max(args.last, 1)).last_paths(args.last)
+    if not paths:
+        raise FileNotFoundError(f"{args.model}: no checkpoints to average")
+    save(average(paths), args.out)
+    logger.info("averaged %s into %s", ", ".join(p.name for p in paths), args.out)
+
+
+def _add_params(verbs) -> None:
+    p = verbs.add_parser("params", help="print a preset's parameter count")
+    add_config_arguments(p, default_preset=None)
+    p.add_argument("--vocab-size", type=int, required=True)
+    p.set_defaults(run=_params)
+
+
+def _params(args) -> None:
+    import torch
+
+    from ..models import build_model, count_parameters
+
+    config = config_from(args)
+    with torch.device("meta"):  # shapes only: even `big` costs no memory
+        model = build_model(config.model, _Shape(args.vocab_size))
+    sys.stdout.write(f"{args.preset}: {config.model}\n{count_parameters(model)}\n")
+
+
+class _Shape:
+    """A vocabulary of `size` entries, for counting parameters without one."""
+
+    def __init__(self, size: int):
+        self.size, self.pad = size, 0

@@ -1,0 +1,160 @@
+"""The presets, written out in full: the paper's base, big and every Table 3 row (s6.2), and the
+small-data models `tiny` and `small` for CPUs. Each is a function returning a whole Config."""
+
+from __future__ import annotations
+
+from .config import (
+    Config,
+    ConfigError,
+    DataConfig,
+    TrainConfig,
+    TransformerConfig,
+)
+
+
+def scale_for_peak(peak: float, d_model: int, warmup_steps: int) -> float:
+    """The `train.lr_scale` at which eq. 3 peaks at `peak` (at step == warmup_steps)."""
+    return peak / (d_model**-0.5 * warmup_steps**-0.5)
+
+
+def base() -> Config:
+    """Transformer (base), Table 3: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1, eps_ls=0.1."""
+    return Config(
+        model=TransformerConfig(
+            n_layers=6, d_model=512, d_ff=2048, h=8, d_k=64, d_v=64, dropout=0.1
+        ),
+        data=DataConfig(max_tokens=25000),
+        train=TrainConfig(warmup_steps=4000, label_smoothing=0.1, max_steps=100000),
+    )
+
+
+def big() -> Config:
+    """Transformer (big), Table 3: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3, 300k steps."""
+    return Config(
+        model=TransformerConfig(
+            n_layers=6, d_model=1024, d_ff=4096, h=16, d_k=64, d_v=64, dropout=0.3
+        ),
+        data=DataConfig(max_tokens=25000),
+        train=TrainConfig(warmup_steps=4000, label_smoothing=0.1, max_steps=300000),
+    )
+
+
+def tiny() -> Config:
+    """The Transformer-tiny of published Multi30k baselines (Wu et al. 2021), for a CPU.
+
+    4 layers, d_model 128, 4 heads, d_ff 256, dropout 0.3, peak learning rate 0.005 after 2,000
+    warmup steps, a 10k joint BPE, and the average of the last 10 checkpoints. Pre-norm, unlike
+    the paper: at this learning rate the post-norm stack learned 3x slower on a 2-core CPU
+    (Multi30k en-de, dev perplexity 23.8 at update 750 pre-norm, 23.7 at update 2,000 post-norm;
+    benchmarks/RESULTS.md). `--set model.pre_norm=false` restores the paper's order.
+    """
+    d_model, warmup, peak = 128, 2000, 0.005
+    return Config(
+        model=TransformerConfig(
+            n_layers=4, d_model=d_model, d_ff=256, h=4, d_k=32, d_v=32, dropout=0.3, pre_norm=True
+        ),
+        data=DataConfig(max_tokens=4096),
+        train=TrainConfig(
+            warmup_steps=warmup,
+            lr_scale=scale_for_peak(peak, d_model, warmup),
+            label_smoothing=0.1,
+            max_steps=20000,
+            valid_every=125,  # about one epoch of Multi30k, so the last 10 are the last 10 epochs
+            keep_last=10,
+            average_last=10,
+        ),
+    )
+
+
+def small() -> Config:
+    """3+3 layers, d_model 256, 4 heads, d_ff 1024, pre-norm: the speed comparison (issue #3).
+
+    Pre-norm, tied embeddings, 4,096-token batches, peak learning rate 1e-3 after 400 warmup
+    steps: the setup the peers (OpenNMT-py, JoeyNMT, fairseq) were measured with.
+    """
+    d_model, warmup, peak = 256, 400, 1e-3
+    return Config(
+        model=TransformerConfig(
+            n_layers=3, d_model=d_model, d_ff=1024, h=4, d_k=64, d_v=64, dropout=0.1, pre_norm=True
+        ),
+        data=DataConfig(max_tokens=4096),
+        train=TrainConfig(
+            warmup_steps=warmup,
+            lr_scale=scale_for_peak(peak, d_model, warmup),
+            label_smoothing=0.1,
+            max_steps=20000,
+            valid_every=500,
+        ),
+    )
+
+
+# Table 3, written out row by row: (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, positions).
+_TABLE3 = {
+    ("A", 1): (6, 512, 2048, 1, 512, 512, 0.1, 0.1, "sinusoidal"),
+    ("A", 2): (6, 512, 2048, 4, 128, 128, 0.1, 0.1, "sinusoidal"),
+    ("A", 3): (6, 512, 2048, 16, 32, 32, 0.1, 0.1, "sinusoidal"),
+    ("A", 4): (6, 512, 2048, 32, 16, 16, 0.1, 0.1, "sinusoidal"),
+    ("B", 1): (6, 512, 2048, 8, 16, 64, 0.1, 0.1, "sinusoidal"),
+    ("B", 2): (6, 512, 2048, 8, 32, 64, 0.1, 0.1, "sinusoidal"),
+    ("C", 1): (2, 512, 2048, 8, 64, 64, 0.1, 0.1, "sinusoidal"),
+    ("C", 2): (4, 512, 2048, 8, 64, 64, 0.1, 0.1, "sinusoidal"),
+    ("C", 3): (8, 512, 2048, 8, 64, 64, 0.1, 0.1, "sinusoidal"),
+    ("C", 4): (6, 256, 2048, 8, 32, 32, 0.1, 0.1, "sinusoidal"),
+    ("C", 5): (6, 1024, 2048, 8, 128, 128, 0.1, 0.1, "sinusoidal"),
+    ("C", 6): (6, 512, 1024, 8, 64, 64, 0.1, 0.1, "sinusoidal"),
+    ("C", 7): (6, 512, 4096, 8, 64, 64, 0.1, 0.1, "sinusoidal"),
+    ("D", 1): (6, 512, 2048, 8, 64, 64, 0.0, 0.1, "sinusoidal"),
+    ("D", 2): (6, 512, 2048, 8, 64, 64, 0.2, 0.1, "sinusoidal"),
+    ("D", 3): (6, 512, 2048, 8, 64, 64, 0.1, 0.0, "sinusoidal"),
+    ("D", 4): (6, 512, 2048, 8, 64, 64, 0.1, 0.2, "sinusoidal"),
+    ("E", 1): (6, 512, 2048, 8, 64, 64, 0.1, 0.1, "learned"),
+}
+
+# The paper's parameter counts (x 10^6) for the rows that change size; base is 65, big 213.
+TABLE3_PARAMS_M = {
+    ("B", 1): 58,
+    ("B", 2): 60,
+    ("C", 1): 36,
+    ("C", 2): 50,
+    ("C", 3): 80,
+    ("C", 4): 28,
+    ("C", 5): 168,
+    ("C", 6): 53,
+    ("C", 7): 90,
+}
+
+
+def table3(row: str, index: int) -> Config:
+    """A variant of Table 3, e.g. `table3("B", 1)`: base with the row's columns changed."""
+    key = (row.upper(), index)
+    if key not in _TABLE3:
+        raise ConfigError(f"Table 3 has no row {row}{index}; rows: {sorted(_TABLE3)}")
+    n, d_model, d_ff, h, d_k, d_v, p_drop, eps_ls, positions = _TABLE3[key]
+    return Config(
+        model=TransformerConfig(
+            n_layers=n,
+            d_model=d_model,
+            d_ff=d_ff,
+            h=h,
+            d_k=d_k,
+            d_v=d_v,
+            dropout=p_drop,
+            positions=positions,
+        ),
+        data=DataConfig(max_tokens=25000),
+        train=TrainConfig(warmup_steps=4000, label_smoothing=eps_ls, max_steps=100000),
+    )
+
+
+PRESETS = {"base": base, "big": big, "tiny": tiny, "small": small}
+
+
+def preset(name: str) -> Config:
+    """`base`, `big`, `tiny`, `small`, or a Table 3 row written like `B1` or `table3-B1`."""
+    if name in PRESETS:
+        return PRESETS[name]()
+    row = name.removeprefix("table3-").removeprefix("table3_")
+    if len(row) >= 2 and row[0].isalpha() and row[1:].isdigit():
+        return table3(row[0], int(row[1:]))
+    names = sorted(PRESETS) + [f"{r}{i}" for r, i in sorted(_TABLE3)]
+    raise ConfigError(f"unknown preset {name!r}; choose from {', '.join(names)}")

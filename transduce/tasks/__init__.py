@@ -1,0 +1,48 @@
+"""The task seam: what a task (translation; parsing next) adds to the shared model and search.
+
+A task post-processes decoded text, scores it, names the metric that ranks checkpoints and
+supplies its decoding defaults. Validation and the CLI ask the task, never the dataset.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..config import ConfigError, DecodeConfig, TaskConfig
+from .metrics import Score
+
+
+class Task(Protocol):
+    """One task, configured by a `TaskConfig` (recorded in the prepared data and the run)."""
+
+    metric: str  # the name of `score`'s number in logs, e.g. "bleu"
+    higher_is_better: bool  # for ranking checkpoints by `metric`
+
+    def decode_defaults(self) -> DecodeConfig:
+        """The search settings the task's published results use."""
+        ...
+
+    def postprocess(self, outputs: list[str], sources: list[str]) -> list[str]:
+        """Decoded text (pieces joined) of each source line -> the task's output format."""
+        ...
+
+    def score(self, hypotheses: list[str], references: list[str]) -> Score:
+        """The corpus-level score that ranks checkpoints, with a signature saying how it was
+        computed."""
+        ...
+
+    def report(self, hypotheses: list[str], references: list[str]) -> list[Score]:
+        """Every score `transduce evaluate` prints, `score` first."""
+        ...
+
+
+def get_task(config: TaskConfig) -> Task:
+    """The task `config.name`, configured by `config`."""
+    if config.name == "translation":
+        from .translation import Translation
+
+        return Translation(config)
+    raise ConfigError(f"task.name {config.name!r} has no implementation")
+
+
+__all__ = ["Score", "Task", "get_task"]

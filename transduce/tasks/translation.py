@@ -1,0 +1,42 @@
+"""Machine translation (s6.1): output text as decoded, scored by sacreBLEU's BLEU.
+
+Raw text is scored with sacreBLEU's defaults (cased, 13a tokenization, the number to compare
+across papers); pre-tokenized, lowercased corpora as results published on them are, lowercased on
+their own tokens (multi-bleu.perl's number).
+"""
+
+from __future__ import annotations
+
+from ..config import DecodeConfig, TaskConfig
+from .metrics import Score, bleu, chrf
+
+
+class Translation:
+    metric = "bleu"
+    higher_is_better = True
+
+    def __init__(self, config: TaskConfig):
+        self.config = config
+
+    def decode_defaults(self) -> DecodeConfig:
+        """Beam 4, length penalty 0.6, at most input length + 50 tokens (s6.1)."""
+        return DecodeConfig(beam_size=4, alpha=0.6, max_len_a=1.0, max_len_b=50)
+
+    def postprocess(self, outputs: list[str], sources: list[str]) -> list[str]:
+        return outputs  # sentencepiece's decoding already restored the text
+
+    def score(self, hypotheses: list[str], references: list[str]) -> Score:
+        return bleu(
+            hypotheses,
+            references,
+            tokenize=self.config.tokenize,
+            lowercase=self.config.lowercase,
+        )
+
+    def report(self, hypotheses: list[str], references: list[str]) -> list[Score]:
+        return [self.score(hypotheses, references), chrf(hypotheses, references)]
+
+
+def scoring(tokenized: bool) -> TaskConfig:
+    """The translation task for text that is (or is not) lowercased and tokenized already."""
+    return TaskConfig(tokenize="none", lowercase=True) if tokenized else TaskConfig()

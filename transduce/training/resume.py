@@ -1,0 +1,46 @@
+"""What a checkpoint holds besides the weights so that `--resume` continues exactly: where the run
+stands (`Progress`) and every process's random state, captured and restored here.
+
+The data order needs no state of its own: the sampler's batches are a pure function of (seed,
+epoch), so `Progress.epoch` and `batch_in_epoch` put it back where it was.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Progress:
+    """Where a run stands: saved in every checkpoint, restored on resume."""
+
+    step: int = 0  # updates done
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of `epoch` this process has used
+    elapsed: float = 0.0  # seconds of training, summed over resumed sessions
+    bad_steps: int = 0  # updates skipped for a non-finite loss, in total
+    world: int = 1  # training processes; a resumed run must use as many
+
+    @classmethod
+    def from_state(cls, saved: dict) -> Progress:
+        return cls(**{"world": 1, **saved})  # checkpoints from before `world` was saved: one
+
+
+def capture_rng() -> dict:
+    """This process's random state: torch's CPU generator (dropout), Python's, and CUDA's."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(saved: dict | list[dict], rank: int) -> None:
+    """Put back the state `capture_rng` took in process `rank` (a list holds one per process)."""
+    state = saved[rank] if isinstance(saved, list) else saved
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if torch.cuda.is_available() and "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,82 @@
+"""One update (s5.3, s5.4): forward, label-smoothed loss, backward over a group of batches, then
+clipping and the optimiser step, or no step at all when the loss is not finite."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..data.batching import Batch
+from .distributed import Processes
+from .loss import label_smoothed_loss
+from .schedule import set_learning_rate
+
+
+@dataclass
+class StepResult:
+    """What one update saw, summed over every process."""
+
+    loss: float  # label-smoothed, per target token: what the update minimised
+    nll: float  # per target token, for perplexity
+    tgt_tokens: int
+    src_tokens: int  # approximately under several processes: this one's times their number
+    finite: bool  # False: the loss was not finite, and the parameters were left as they were
+
+
+def train_step(
+    network: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: list[Batch],
+    *,
+    rate: float,
+    label_smoothing: float,
+    pad: int,
+    clip_norm: float = 0.0,
+    processes: Processes | None = None,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
+) -> StepResult:
+    """One optimiser step at learning rate `rate` over `batches` (the accumulated group).
+
+    The gradient is that of the loss per target token of the whole group, in all processes:
+    every batch's summed loss is divided by the group's token count before its backward.
+    `network` is the model or its DistributedDataParallel wrapper.
+    """
+    processes = processes or Processes()
+    network.train()
+    (n_tokens,) = processes.sum([sum(b.n_tgt_tokens for b in batches)])
+    loss_sum = nll_sum = 0.0
+    for i, batch in enumerate(batches):
+        # DDP averages gradients over processes at the last backward of the group;
+        # scaling by `world` turns that average into the sum over all the group's tokens.
+        with _no_sync(network, processes, last=i == len(batches) - 1), autocast():
+            logits = network(batch.src, batch.tgt_in)
+            sums = label_smoothed_loss(logits, batch.tgt_out, label_smoothing, pad)
+            (sums.loss * processes.world / n_tokens).backward()
+        loss_sum, nll_sum = loss_sum + sums.loss.item(), nll_sum + sums.nll.item()
+    loss_sum, nll_sum = processes.sum([loss_sum, nll_sum])
+    finite = math.isfinite(loss_sum)
+    if finite:  # a non-finite loss would turn every parameter into NaN: skip the update
+        set_learning_rate(optimizer, rate)
+        if clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(network.parameters(), clip_norm)
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return StepResult(
+        loss=loss_sum / n_tokens,
+        nll=nll_sum / n_tokens,
+        tgt_tokens=int(n_tokens),
+        src_tokens=sum(b.n_src_tokens for b in batches) * processes.world,
+        finite=finite,
+    )
+
+
+def _no_sync(network: nn.Module, processes: Processes, last: bool) -> AbstractContextManager:
+    """Within a group, only the last backward synchronises gradients between processes."""
+    if processes.parallel and not last:
+        return network.no_sync()
+    return nullcontext()
