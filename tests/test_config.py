@@ -1,4 +1,5 @@
 import dataclasses
+import json
 
 import pytest
 
@@ -56,3 +57,31 @@ def test_yaml_overrides(tmp_path):
     config = override(base(), load_overrides(path))
     assert config.train.max_steps == 7 and config.model.pre_norm
     assert dataclasses.replace(config.train, max_steps=100000) == base().train
+
+
+def test_the_model_section_is_chosen_by_its_family():
+    config = Config.from_dict({"model": {"family": "transformer", "d_model": 64}})
+    assert config.model.family == "transformer" and config.model.d_model == 64
+    # files written before the section was tagged have no family: a Transformer
+    assert Config.from_dict({"model": {"d_model": 64}}).model == config.model
+    with pytest.raises(ConfigError, match=r"model\.family must be one of \['transformer'\]"):
+        Config.from_dict({"model": {"family": "lstm"}})
+    with pytest.raises(ConfigError, match=r"model\.family must be one of"):
+        override(base(), {"model.family": "lstm"})
+    with pytest.raises(ConfigError, match=r"unknown config key: model\.hidden_size"):
+        override(base(), {"model.hidden_size": "100"})
+
+
+def test_the_task_and_schedule_sections_are_checked_and_round_trip():
+    config = override(
+        base(), {"task.tokenize": "none", "task.lowercase": "true", "train.schedule": "constant"}
+    )
+    assert Config.from_dict(json.loads(config.to_json())) == config
+    with pytest.raises(ConfigError, match=r"train\.schedule must be one of"):
+        override(base(), {"train.schedule": "cosine"})
+    with pytest.raises(ConfigError, match=r"task\.name must be one of"):
+        override(base(), {"task.name": "summarise"})
+    # a config.json of version 0.1 (no task section) reads as translation scored by sacreBLEU
+    legacy = json.loads(config.to_json())
+    del legacy["task"]
+    assert Config.from_dict(legacy).task.name == "translation"

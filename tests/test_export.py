@@ -50,6 +50,7 @@ def _sources(translator):
     return torch.tensor([row + [translator.vocab.pad] * (width - len(row)) for row in ids])
 
 
+@pytest.mark.slow  # trains two toy models for 250 updates each
 def test_hugging_face_model_computes_our_function_and_greedy_translations(run_dir, tmp_path):
     ours = Translator.load(run_dir, device="cpu")  # beside a CPU reference
     theirs = transformers.AutoModelForSeq2SeqLM.from_pretrained(export_hf(run_dir, tmp_path / "hf"))
@@ -69,6 +70,7 @@ def test_hugging_face_model_computes_our_function_and_greedy_translations(run_di
     assert hf_tokens == greedy_search(ours.model, src, bos=v.bos, eos=v.eos, pad=v.pad)
 
 
+@pytest.mark.slow
 def test_ctranslate2_reproduces_our_beam_search(run_dir, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
     ours = Translator.load(run_dir, device="cpu")  # beside a CPU reference

@@ -34,3 +34,25 @@ def test_window_averages_loss_per_token():
     summary = window.summary()
     assert summary["loss"] == pytest.approx(3.5) and summary["nll"] == pytest.approx(2.5)
     assert summary["updates"] == 2
+
+
+def test_the_log_is_mirrored_to_tensorboard_and_a_resume_hides_what_it_redoes(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from transduce.training.runlog import RunLog
+
+    log = RunLog(tmp_path)
+    for step in range(1, 6):
+        log.write({"kind": "train", "step": step, "loss": 10.0 - step, "lr": 1e-3})
+    log.write({"kind": "valid", "step": 5, "loss": 4.5, "bleu": 12.5})
+    log.close()
+    resumed = RunLog(tmp_path, resumed_at=4)  # the checkpoint was at step 3: 4 and 5 are redone
+    resumed.write({"kind": "train", "step": 4, "loss": 0.5, "lr": 1e-3})
+    resumed.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert {"train/loss", "train/lr", "valid/loss", "valid/bleu"} <= set(events.Tags()["scalars"])
+    losses = {e.step: e.value for e in events.Scalars("train/loss")}
+    assert losses == {1: 9.0, 2: 8.0, 3: 7.0, 4: 0.5}
+    assert len(read_log(tmp_path / "log.jsonl")) == 7  # the JSON log is written as before

@@ -9,6 +9,7 @@ import torch
 from transduce.decoding.search import beam_search, greedy_search, length_penalty
 
 from .conftest import BOS, EOS, PAD, tiny_model
+from .fakes import ScriptedSeq2Seq
 
 SPECIALS = dict(bos=BOS, eos=EOS, pad=PAD)
 
@@ -78,6 +79,27 @@ def test_a_wide_beam_finds_the_exhaustive_best():
         assert hyp.score == pytest.approx(hyp.log_prob / length_penalty(len(hyp.tokens) + 1, alpha))
     assert [h.score for h in found] == sorted((h.score for h in found), reverse=True)
     assert len(found) == len(candidates)  # exhaustive: every sequence ended once
+
+
+@pytest.mark.parametrize("family", ["transformer", "scripted"])
+def test_a_narrow_beam_scores_every_hypothesis_as_teacher_forcing_does(family):
+    """Beam 2 over 9 candidate tokens per row: from the second step on the beam keeps 2 of 18
+    extensions with as many rows as before, step after step. A search that stopped reordering
+    the cache once the number of rows stopped changing would score the wrong prefixes."""
+    model = tiny_model(4) if family == "transformer" else ScriptedSeq2Seq(seed=3)
+    src = _sources()
+    beams = beam_search(model, src, **SPECIALS, beam_size=2, alpha=0.6, max_len_b=8, n_best=2)
+    lengths = []
+    for i, hypotheses in enumerate(beams):
+        alone = src[i : i + 1, : int((src[i] != PAD).sum())]
+        for hyp in hypotheses:
+            teacher_forced = _teacher_forced_log_prob(model, alone, hyp.tokens)
+            assert hyp.log_prob == pytest.approx(teacher_forced, rel=1e-6)  # float32 sums
+            assert hyp.score == pytest.approx(
+                hyp.log_prob / length_penalty(len(hyp.tokens) + 1, 0.6)
+            )
+            lengths.append(len(hyp.tokens))
+    assert max(lengths) >= 4  # several steps in the steady state, not only the widening
 
 
 # --- a scripted model: the probabilities are a table, so results can be worked out by hand ---

@@ -38,7 +38,10 @@ def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
     """On resume only when to stop may change; without resume the folder must hold no run."""
     saved = run_dir / "config.json"
     if resume and saved.exists():
-        previous = Config.load(saved)
+        raw = json.loads(saved.read_text())
+        previous = Config.from_dict(raw)
+        if "task" not in raw:  # written before runs recorded their task: the data's stands
+            previous = replace(previous, task=config.task)
         limits = ("max_steps", "max_epochs", "max_minutes")
         same = replace(previous.train, **{k: getattr(config.train, k) for k in limits})
         if replace(previous, train=same) != config:

@@ -1,0 +1,121 @@
+"""The model contract (models/contract.py), checked on every model family the same way.
+
+Families: the Transformer (post-norm; pre-norm with learned positions) and the scripted fake of
+tests/fakes.py. The recurrent family joins this list in its issue.
+"""
+
+import pytest
+import torch
+
+from transduce.models.contract import Seq2Seq
+
+from .conftest import BOS, EOS, PAD, tiny_model
+from .fakes import ScriptedSeq2Seq
+
+FAMILIES = {
+    "transformer": lambda: tiny_model(0),
+    "transformer-pre-norm-learned": lambda: tiny_model(
+        1, pre_norm=True, positions="learned", max_positions=64
+    ),
+    "scripted": lambda: ScriptedSeq2Seq(vocab_size=12, seed=0),
+}
+
+
+@pytest.fixture(params=sorted(FAMILIES))
+def model(request) -> Seq2Seq:
+    return FAMILIES[request.param]()
+
+
+def _sources() -> torch.Tensor:
+    """Three sentences of different lengths, padded: (3, 6)."""
+    return torch.tensor(
+        [
+            [5, 6, 7, 8, 9, EOS],
+            [4, 11, EOS, PAD, PAD, PAD],
+            [10, 9, 8, EOS, PAD, PAD],
+        ]
+    )
+
+
+def _targets(rows: int, length: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(4, 12, (rows, length - 1), generator=generator)
+    return torch.cat([torch.full((rows, 1), BOS), tokens], dim=1)
+
+
+def _alone(src_row: torch.Tensor) -> torch.Tensor:
+    return src_row[src_row != PAD][None]  # (1, S_i): the sentence without its padding
+
+
+def test_every_family_implements_the_contract(model):
+    assert isinstance(model, Seq2Seq)
+
+
+def test_cached_decoding_equals_the_full_forward_pass(model):
+    src, tgt = _sources(), _targets(3, 7)
+    full = model(src, tgt)
+    cache = model.init_cache(model.encode(src))
+    steps = [model.step(tgt[:, t : t + 1], cache) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-10)
+
+
+def test_a_batch_decodes_as_each_sentence_alone(model):
+    src, tgt = _sources(), _targets(3, 5, seed=1)
+    batch = model(src, tgt)
+    cache = model.init_cache(model.encode(src))
+    stepped = torch.stack([model.step(tgt[:, t : t + 1], cache) for t in range(5)], dim=1)
+    for i in range(3):
+        alone = model(_alone(src[i]), tgt[i : i + 1])
+        torch.testing.assert_close(batch[i], alone[0], rtol=0, atol=1e-10)
+        torch.testing.assert_close(stepped[i], alone[0], rtol=0, atol=1e-10)
+
+
+def _recomputed(model, src, sentence_of_row, prefixes):
+    """Each row's next-token logits, recomputed from scratch: its sentence alone, its prefix."""
+    rows = []
+    for sentence, prefix in zip(sentence_of_row, prefixes, strict=True):
+        rows.append(model(_alone(src[sentence]), torch.tensor([prefix]))[0, -1])
+    return torch.stack(rows)
+
+
+# Reorders in the shapes beam search makes them: (rows kept, rows per sentence from then on).
+REORDERS = [
+    ([0, 0, 1, 1, 2, 2], 2),  # widen one row per sentence into two beams
+    ([1, 0, 5, 5], None),  # swap sentence 0's beams, drop sentence 1, duplicate a beam
+    ([1, 1, 3, 2], None),  # steady state: as many rows as before, a new selection
+    ([0, 1, 0, 3, 2, 3], 3),  # widen again, both sentences
+    ([4, 3, 5], None),  # drop sentence 0
+]
+
+
+def test_reordering_equals_recomputing_from_the_selected_prefixes(model):
+    src = _sources()
+    generator = torch.Generator().manual_seed(2)
+    cache = model.init_cache(model.encode(src), 1)
+    sentence_of_row, prefixes = [0, 1, 2], [[BOS], [BOS], [BOS]]
+    logits = model.step(torch.full((3, 1), BOS), cache)
+    torch.testing.assert_close(logits, _recomputed(model, src, sentence_of_row, prefixes))
+    for index, group in REORDERS:
+        cache.reorder(torch.tensor(index), group)
+        sentence_of_row = [sentence_of_row[i] for i in index]
+        prefixes = [list(prefixes[i]) for i in index]
+        tokens = torch.randint(4, 12, (len(index), 1), generator=generator)
+        for prefix, token in zip(prefixes, tokens.flatten().tolist(), strict=True):
+            prefix.append(token)
+        logits = model.step(tokens, cache)
+        expected = _recomputed(model, src, sentence_of_row, prefixes)
+        torch.testing.assert_close(logits, expected, rtol=0, atol=1e-10)
+
+
+def test_cross_attention_is_a_distribution_over_the_real_source_positions(model):
+    src, tgt = _sources(), _targets(3, 4)
+    logits, maps = model.attention_maps(src, tgt)
+    torch.testing.assert_close(logits, model(src, tgt), rtol=0, atol=1e-12)
+    assert maps.decoder_cross
+    real = (src != PAD)[:, None, None, :]  # (B, 1, 1, S)
+    for weights in maps.decoder_cross + maps.encoder_self:
+        torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]))
+        assert weights.masked_select(~real.expand_as(weights)).abs().max() == 0
+    for weights in maps.decoder_self:  # no weight on the future
+        torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]))
+        assert torch.triu(weights, diagonal=1).abs().max() == 0

@@ -1,0 +1,103 @@
+"""The task seam: the task comes from the prepared data into the run, and validation, checkpoint
+ranking and scoring ask the task, never the dataset."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import transduce.training.loop as loop_module
+from transduce.config import DecodeConfig, TaskConfig, override
+from transduce.data.corpus import LengthFilter
+from transduce.data.dataset import PreparedData, prepare
+from transduce.presets import tiny
+from transduce.tasks import get_task
+from transduce.tasks.metrics import Score
+from transduce.training.checkpoint import load
+from transduce.training.loop import Trainer, resolve_config
+from transduce.training.runlog import read_log
+
+from .conftest import PLUMBING_MODEL, reverse_task_files
+
+TOKENIZED = TaskConfig(tokenize="none", lowercase=True)
+
+
+@pytest.fixture(scope="module")
+def tokenized_data(tmp_path_factory) -> PreparedData:
+    folder = tmp_path_factory.mktemp("tasks")
+    return prepare(
+        reverse_task_files(folder, n_train=200, n_dev=8),
+        folder / "data",
+        vocab_size=16,
+        length_filter=LengthFilter(),
+        description={"variant": "whatever"},
+        task=TOKENIZED,
+    )
+
+
+def test_prepare_records_the_task_and_old_folders_infer_it(tokenized_data, tmp_path):
+    assert tokenized_data.task == TOKENIZED
+    assert PreparedData.load(tokenized_data.path).task == TOKENIZED
+    meta = dict(tokenized_data.meta)
+    del meta["task"]
+    assert PreparedData(Path("x"), meta, tokenized_data.vocab).task == TaskConfig()
+    meta["description"] = {"variant": "tok"}  # how version 0.1 knew tokenized text
+    assert PreparedData(Path("x"), meta, tokenized_data.vocab).task == TOKENIZED
+
+
+def test_the_run_takes_its_task_vocabulary_and_decoding_from_the_data(tokenized_data):
+    config = resolve_config(tiny(), tokenized_data)
+    assert config.task == TOKENIZED and config.model.vocab_size == tokenized_data.vocab.size
+    assert config.decode == get_task(TOKENIZED).decode_defaults()
+    chosen = override(tiny(), {"decode.beam_size": "8"})
+    assert resolve_config(chosen, tokenized_data).decode == DecodeConfig(beam_size=8)
+
+
+def test_translation_is_scored_as_its_task_says():
+    hypotheses, references = ["The Dog , runs ."], ["the dog , runs ."]
+    cased = get_task(TaskConfig()).score(hypotheses, references)
+    lowercased = get_task(TOKENIZED).score(hypotheses, references)
+    assert lowercased.score == pytest.approx(100.0) and cased.score < 100.0
+    assert "tok:none" in lowercased.signature and "case:lc" in lowercased.signature
+    assert "tok:13a" in cased.signature
+    assert [s.name for s in get_task(TaskConfig()).report(hypotheses, references)] == [
+        "BLEU",
+        "chrF",
+    ]
+
+
+class ErrorCount:
+    """A task whose metric is better lower, with scores scripted per validation."""
+
+    metric, higher_is_better = "errors", False
+
+    def __init__(self, scores):
+        self.scores, self.scored = list(scores), []
+
+    def decode_defaults(self):
+        return DecodeConfig()
+
+    def postprocess(self, outputs, sources):
+        return outputs
+
+    def score(self, hypotheses, references):
+        self.scored.append(len(hypotheses))
+        value = self.scores.pop(0)
+        return Score("errors", value, "scripted", str(value))
+
+    def report(self, hypotheses, references):
+        return [self.score(hypotheses, references)]
+
+
+def test_validation_logs_and_ranks_checkpoints_by_the_tasks_metric(
+    tokenized_data, tmp_path, monkeypatch
+):
+    task = ErrorCount([5.0, 1.0, 3.0])
+    monkeypatch.setattr(loop_module, "get_task", lambda config: task)
+    settings = PLUMBING_MODEL | {"train.max_steps": 6, "train.valid_every": 2}
+    config = override(tiny(), settings | {"train.keep_last": 3, "train.average_last": 1})
+    Trainer(config, tokenized_data, tmp_path / "run", False, torch.device("cpu")).run()
+    assert task.scored == [8, 8, 8]  # every dev sentence, at each validation
+    records = read_log(tmp_path / "run" / "log.jsonl")
+    assert [r["errors"] for r in records if r["kind"] == "valid"] == [5.0, 1.0, 3.0]
+    assert load(tmp_path / "run" / "checkpoints" / "best.pt")["step"] == 4  # the fewest errors

@@ -1,0 +1,119 @@
+"""The training loop's wiring: what it actually hands the optimiser, the loss and the model.
+
+The formulas have their own tests (test_schedule.py, test_loss.py); these check that the loop
+uses them as the config says: the rate Adam steps with, the smoothing the loss gets, and where
+dropout is on.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+import transduce.training.step as step_module
+from transduce.config import override
+from transduce.data.corpus import LengthFilter
+from transduce.data.dataset import PreparedData, prepare
+from transduce.presets import tiny
+from transduce.training.loop import Trainer
+from transduce.training.schedule import learning_rate
+
+from .conftest import LEARNER_MODEL, reverse_task_files
+
+SETTINGS = LEARNER_MODEL | {
+    "train.max_steps": 12,
+    "train.valid_every": 6,
+    "train.keep_last": 2,
+    "train.average_last": 1,
+    "train.warmup_steps": 8,  # the rate rises for 8 updates and then falls: both in 12
+    "train.lr_scale": 0.7,
+    "train.valid_bleu": False,
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> PreparedData:
+    folder = tmp_path_factory.mktemp("wiring")
+    splits = reverse_task_files(folder, n_train=300, n_dev=10)
+    return prepare(
+        splits, folder / "data", vocab_size=16, length_filter=LengthFilter(), description={}
+    )
+
+
+def _trainer(data, run_dir, **changes):
+    config = override(override(tiny(), SETTINGS), changes)
+    return Trainer(config, data, run_dir, False, torch.device("cpu"))
+
+
+def _record_rates(trainer) -> list[float]:
+    rates, step = [], trainer.optimizer.step
+
+    def recording_step(*args, **kwargs):
+        rates.append(trainer.optimizer.param_groups[0]["lr"])
+        return step(*args, **kwargs)
+
+    trainer.optimizer.step = recording_step
+    return rates
+
+
+def test_adam_steps_with_the_rate_of_equation_3(data, tmp_path):
+    trainer = _trainer(data, tmp_path / "run")
+    rates = _record_rates(trainer)
+    trainer.run()
+    d_model = trainer.config.model.d_model
+    expected = [learning_rate(step, d_model, 8, 0.7) for step in range(1, 13)]
+    assert rates == pytest.approx(expected, rel=1e-12)
+    assert max(rates) == rates[7]  # the peak at step == warmup_steps
+
+
+def test_the_constant_schedule_holds_its_rate(data, tmp_path):
+    trainer = _trainer(data, tmp_path / "run", **{"train.schedule": "constant", "train.lr": 3e-4})
+    rates = _record_rates(trainer)
+    trainer.run()
+    assert rates == [3e-4] * 12
+
+
+def test_the_loss_receives_the_configured_label_smoothing(data, tmp_path, monkeypatch):
+    received, real = [], step_module.label_smoothed_loss
+
+    def recording_loss(logits, target, eps, pad):
+        received.append(eps)
+        return real(logits, target, eps, pad)
+
+    monkeypatch.setattr(step_module, "label_smoothed_loss", recording_loss)
+    _trainer(data, tmp_path / "run", **{"train.label_smoothing": 0.17}).run()
+    assert received and set(received) == {0.17}
+
+
+def _dropout_sites(model: nn.Module) -> dict[str, nn.Dropout]:
+    return {name: m for name, m in model.named_modules() if isinstance(m, nn.Dropout)}
+
+
+def test_dropout_is_on_at_the_embeddings_and_every_sublayer_in_training_only(data, tmp_path):
+    trainer = _trainer(data, tmp_path / "run", **{"model.dropout": 0.3})
+    sites = _dropout_sites(trainer.model)
+    n_layers = trainer.config.model.n_layers
+    expected = {"src_embed.dropout", "tgt_embed.dropout"}
+    for i in range(n_layers):
+        expected |= {f"encoder_layers.{i}.{s}_residual.dropout" for s in ("self_attn", "ffn")}
+        expected |= {
+            f"decoder_layers.{i}.{s}_residual.dropout" for s in ("self_attn", "cross_attn", "ffn")
+        }
+    assert set(sites) == expected
+    calls: dict[str, list[bool]] = {name: [] for name in sites}
+
+    def hook(name):
+        def record(module, inputs, output):
+            # on: some activations zeroed and the rest scaled by 1 / (1 - p); off: unchanged
+            changed = not torch.equal(inputs[0], output)
+            calls[name].append((module.training, module.p, changed))
+
+        return record
+
+    for name, module in sites.items():
+        module.register_forward_hook(hook(name))
+    trainer.run()  # trains 12 updates, validates twice
+    for name, seen in calls.items():
+        training = [c for c in seen if c[0]]
+        evaluation = [c for c in seen if not c[0]]
+        assert training and all(p == 0.3 and changed for _, p, changed in training), name
+        assert evaluation and not any(changed for _, _, changed in evaluation), name
