@@ -117,3 +117,43 @@ def test_dropout_is_on_at_the_embeddings_and_every_sublayer_in_training_only(dat
         evaluation = [c for c in seen if not c[0]]
         assert training and all(p == 0.3 and changed for _, p, changed in training), name
         assert evaluation and not any(changed for _, _, changed in evaluation), name
+
+
+def test_train_step_descends_the_per_token_loss_of_the_whole_group_with_clipping():
+    """SGD through `train_step` moves each parameter by -rate * clip(grad of the loss per target
+    token of both batches together), the gradient computed here independently."""
+    from transduce.data.batching import collate
+    from transduce.training.loss import label_smoothed_loss
+    from transduce.training.step import train_step
+
+    from .conftest import BOS, EOS, PAD, tiny_model
+
+    model = tiny_model(5)
+    pairs = [([4, 5, 6], [7, 8]), ([9], [10, 11, 4, 5]), ([6, 6], [8])]
+    batches = [collate(pairs[:2], PAD, BOS, EOS), collate(pairs[2:], PAD, BOS, EOS)]
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    n_tokens = sum(b.n_tgt_tokens for b in batches)
+    total = sum(
+        label_smoothed_loss(model(b.src, b.tgt_in), b.tgt_out, 0.1, PAD).loss for b in batches
+    )
+    grads = torch.autograd.grad(total / n_tokens, list(model.parameters()))
+    norm = torch.sqrt(sum((g**2).sum() for g in grads))
+    scale = min(1.0, 0.05 / float(norm))  # clip_grad_norm_ to 0.05
+    model.zero_grad()
+    optimizer = torch.optim.SGD(model.parameters(), lr=123.0)  # train_step sets the rate
+    result = train_step(
+        model, optimizer, batches, rate=0.5, label_smoothing=0.1, pad=PAD, clip_norm=0.05
+    )
+    assert result.finite and result.tgt_tokens == n_tokens
+    assert result.loss == pytest.approx(float(total.detach()) / n_tokens)
+    assert norm > 0.05  # clipping was exercised
+    for (name, p), g in zip(model.named_parameters(), grads, strict=True):
+        torch.testing.assert_close(p.detach(), before[name] - 0.5 * scale * g, msg=name)
+    nan = [collate(pairs[:1], PAD, BOS, EOS)]
+    with torch.no_grad():
+        model.src_embed.tokens.weight[4] = float("nan")  # every loss is now NaN
+    after_nan = {n: p.detach().clone() for n, p in model.named_parameters()}
+    skipped = train_step(model, optimizer, nan, rate=0.5, label_smoothing=0.1, pad=PAD)
+    assert not skipped.finite
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), after_nan[name], equal_nan=True, msg=name)
