@@ -25,10 +25,9 @@ from transduce.tasks.evalb import (
     EvalbInputError,
     evalb,
     evalb_files,
-    format_report,
-    format_summary,
     score_sentence,
 )
+from transduce.tasks.evalb_report import format_report, format_summary
 
 
 def test_punctuation_is_deleted_with_its_word_and_attachment_does_not_matter():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from transduce.data.trees import EMPTY_TAG, Tree
+from .trees import EMPTY_TAG, Tree
 
 PLACEHOLDER = "XX"
 ROOT_LABEL = "S"  # the label given to a root that `restore` has to invent

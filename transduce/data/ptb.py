@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from transduce.data.trees import Tree, clean, read_mrg
+from .trees import Tree, clean, read_mrg
 
 logger = logging.getLogger(__name__)
 
