@@ -149,19 +149,21 @@ class TaskConfig:
 
     Set by `prepare` from the corpus and copied into the run by training. For translation,
     `tokenize` and `lowercase` are sacreBLEU's: "13a" and cased for raw text; "none" and
-    lowercased for pre-tokenized text, as results published on such text are scored.
+    lowercased for pre-tokenized text, as results published on such text are scored. For
+    parsing (s6.3), `tags`: the linearised trees keep the POS tags, or write `XX` for each.
     """
 
     name: str = "translation"
     tokenize: str = "13a"
     lowercase: bool = False
+    tags: bool = True
 
     def __post_init__(self) -> None:
         _require(self.name in TASKS, f"task.name must be one of {TASKS}")
         _require(self.tokenize in ("13a", "none", "intl", "char"), "task.tokenize: unknown")
 
 
-TASKS = ("translation",)
+TASKS = ("translation", "parse")
 
 
 @dataclass(frozen=True)

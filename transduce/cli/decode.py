@@ -9,6 +9,7 @@ from pathlib import Path
 
 def add_verbs(verbs) -> None:
     _add_translate(verbs)
+    _add_parse(verbs)
     _add_evaluate(verbs)
 
 
@@ -41,14 +42,11 @@ def _add_translate(verbs) -> None:
 
 
 def _translate(args) -> None:
-    from ..data.corpus import decode_lines, read_lines
     from ..decoding.translate import Translator
 
     # A bad model fails here, before any input is read.
     translator = Translator.load(args.model, args.checkpoint, args.device, int8=args.int8)
-    lines = (
-        read_lines(args.input) if args.input else decode_lines(sys.stdin.buffer.read(), "<stdin>")
-    )
+    lines = _input_lines(args.input)
     given = {
         "beam_size": args.beam,
         "alpha": args.alpha,
@@ -64,21 +62,77 @@ def _translate(args) -> None:
         text = "".join(
             f"{i} ||| {t} ||| {s:.4f}\n" for i, hyps in enumerate(results) for t, s in hyps
         )
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
+    _write_output(args.output, text)
+
+
+def _input_lines(path: Path | None) -> list[str]:
+    from ..data.corpus import decode_lines, read_lines
+
+    return read_lines(path) if path else decode_lines(sys.stdin.buffer.read(), "<stdin>")
+
+
+def _write_output(path: Path | None, text: str) -> None:
+    if path:
+        path.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+
+
+def _add_parse(verbs) -> None:
+    p = verbs.add_parser(
+        "parse",
+        help="parse tokenised sentences into bracketed trees",
+        description="Constituency parsing (s6.3) with a model trained on `prepare ptb` data: "
+        "one tokenised sentence a line in, one bracketed tree a line out. Beam 21, length "
+        "penalty 0.3, at most input + 300 tokens unless told otherwise.",
+    )
+    p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint")
+    p.add_argument("--checkpoint", type=Path, help="a checkpoint file of the run")
+    p.add_argument("--beam", type=int, help="beam size (default: the run's, 21)")
+    p.add_argument("--alpha", type=float, help="length penalty (default: the run's, 0.3)")
+    p.add_argument("--batch-size", type=int, help="sentences per batch")
+    p.add_argument("--input", type=Path)
+    p.add_argument("--output", type=Path)
+    p.add_argument("--device")
+    p.set_defaults(run=_parse)
+
+
+def _parse(args) -> None:
+    import logging
+
+    from ..decoding.translate import Translator
+
+    translator = Translator.load(args.model, args.checkpoint, args.device)
+    if translator.task.metric != "f1":
+        raise ValueError(f"{args.model} was not trained to parse; use `transduce translate`")
+    given = {"beam_size": args.beam, "alpha": args.alpha, "batch_size": args.batch_size}
+    decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
+    results = translator.translate(_input_lines(args.input), decode)
+    _write_output(args.output, "".join(hyps[0][0] + "\n" for hyps in results))
+    logging.getLogger("transduce").info(
+        "%d of %d outputs were repaired into trees", translator.task.repaired, len(results)
+    )
 
 
 def _add_evaluate(verbs) -> None:
     p = verbs.add_parser("evaluate", help="score output against references with the task's metrics")
     p.add_argument("--hyp", type=Path, required=True)
     p.add_argument("--ref", type=Path, required=True)
-    p.add_argument("--task", default="translation", choices=["translation"])
+    p.add_argument(
+        "--task",
+        default="translation",
+        choices=["translation", "parse"],
+        help="translation: BLEU and chrF; parse: EVALB (COLLINS.prm) on one tree a line",
+    )
     p.add_argument(
         "--lowercase-tokenized",
         action="store_true",
         help="translation: lowercased BLEU on whitespace tokens, as published Multi30k results",
+    )
+    p.add_argument(
+        "--gold-tags",
+        action="store_true",
+        help="parse: the output's POS tags are placeholders; score with the gold tags",
     )
     p.set_defaults(run=_evaluate)
 
@@ -90,7 +144,10 @@ def _evaluate(args) -> None:
     from ..tasks.translation import scoring
 
     pair = read_parallel(args.hyp, args.ref)  # checks UTF-8 and equal line counts
-    config = scoring(args.lowercase_tokenized) if args.task == "translation" else None
-    task = get_task(config or TaskConfig(name=args.task))
+    if args.task == "translation":
+        config = scoring(args.lowercase_tokenized)
+    else:
+        config = TaskConfig(name=args.task, tags=not args.gold_tags)
+    task = get_task(config)
     for score in task.report(pair.src, pair.tgt):
         sys.stdout.write(f"{score}\n")
