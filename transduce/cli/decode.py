@@ -20,25 +20,29 @@ def _add_translate(verbs) -> None:
         description="Beam search (s6.1) over raw text, one sentence a line; "
         "stdin to stdout unless --input/--output are given.",
     )
-    p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint file")
-    p.add_argument(
-        "--checkpoint", type=Path, help="a checkpoint file (default: average.pt, else the newest)"
-    )
-    # Unset flags keep the run's own decode settings (the paper's: beam 4, alpha 0.6, +50).
-    p.add_argument("--beam", type=int, help="beam size; 1 is greedy search")
-    p.add_argument("--alpha", type=float, help="length penalty")
+    _add_model_and_search_arguments(p)
     p.add_argument("--n-best", type=int, help="print the n best as 'line ||| text ||| score'")
     p.add_argument("--max-len-b", type=int, help="output length <= input + this")
-    p.add_argument("--batch-size", type=int, help="sentences per batch")
-    p.add_argument("--input", type=Path)
-    p.add_argument("--output", type=Path)
-    p.add_argument("--device")
     p.add_argument(
         "--int8",
         action="store_true",
         help="CPU only: int8 linear layers (about 1.27x faster, BLEU within 0.3)",
     )
     p.set_defaults(run=_translate)
+
+
+def _add_model_and_search_arguments(p) -> None:
+    """The model, the input and output, and the search settings (unset: the run's own)."""
+    p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint file")
+    p.add_argument(
+        "--checkpoint", type=Path, help="a checkpoint file (default: average.pt, else the newest)"
+    )
+    p.add_argument("--beam", type=int, help="beam size; 1 is greedy search (default: the run's)")
+    p.add_argument("--alpha", type=float, help="length penalty (default: the run's)")
+    p.add_argument("--batch-size", type=int, help="sentences per batch")
+    p.add_argument("--input", type=Path, help="default: standard input")
+    p.add_argument("--output", type=Path, help="default: standard output")
+    p.add_argument("--device")
 
 
 def _translate(args) -> None:
@@ -86,14 +90,7 @@ def _add_parse(verbs) -> None:
         "one tokenised sentence a line in, one bracketed tree a line out. Beam 21, length "
         "penalty 0.3, at most input + 300 tokens unless told otherwise.",
     )
-    p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint")
-    p.add_argument("--checkpoint", type=Path, help="a checkpoint file of the run")
-    p.add_argument("--beam", type=int, help="beam size (default: the run's, 21)")
-    p.add_argument("--alpha", type=float, help="length penalty (default: the run's, 0.3)")
-    p.add_argument("--batch-size", type=int, help="sentences per batch")
-    p.add_argument("--input", type=Path)
-    p.add_argument("--output", type=Path)
-    p.add_argument("--device")
+    _add_model_and_search_arguments(p)
     p.set_defaults(run=_parse)
 
 
