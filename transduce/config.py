@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 POSITIONS = ("sinusoidal", "learned")
-SCHEDULES = ("noam", "constant")
+SCHEDULES = ("noam", "constant", "plateau")
 
 
 class ConfigError(ValueError):
@@ -81,10 +81,13 @@ class DataConfig:
 class TrainConfig:
     """The optimiser, schedule and regularisation of s5.3-5.4, and the run's bookkeeping."""
 
-    schedule: str = "noam"  # eq. 3 (warmup, then step^-0.5); or "constant" at `lr`
+    schedule: str = "noam"  # eq. 3 (warmup, then step^-0.5); "constant" at `lr`; or "plateau"
     warmup_steps: int = 4000
     lr_scale: float = 1.0  # multiplies eq. 3; the paper's value is 1
-    lr: float = 1e-3  # the rate of the constant schedule
+    lr: float = 1e-3  # the rate of the constant schedule; the first rate of "plateau"
+    plateau_factor: float = 0.5  # "plateau": the rate times this ...
+    plateau_patience: int = 5  # ... after this many validations in a row without a lower dev loss
+    min_lr: float = 0.0  # "plateau" never goes below this rate
     beta1: float = 0.9
     beta2: float = 0.98
     eps: float = 1e-9
@@ -110,6 +113,9 @@ class TrainConfig:
         _require(self.warmup_steps > 0, "train.warmup_steps must be positive")
         _require(self.lr_scale > 0, "train.lr_scale must be positive")
         _require(self.lr > 0, "train.lr must be positive")
+        _require(0 < self.plateau_factor < 1, "train.plateau_factor must be in (0, 1)")
+        _require(self.plateau_patience > 0, "train.plateau_patience must be positive")
+        _require(0 <= self.min_lr <= self.lr, "train.min_lr must be in [0, train.lr]")
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")
         _require(self.accumulate > 0, "train.accumulate must be positive")
         _require(self.max_steps > 0, "train.max_steps must be positive")
