@@ -5,7 +5,8 @@
 #   e.g. benchmarks/parsing.sh 20 bench/parse-tiny-100 parse-tiny 1.0 8000
 #
 # Reads the treebank from $TRANSDUCE_DATA (default ../shared/data): the full WSJ in wsj/ if there,
-# else the NLTK sample. Writes OUT/summary.json: wall times, updates, best dev F1 (greedy, as
+# else the NLTK sample. POS tags are written XX as Vinyals et al. and the paper (TAGS=--tags keeps
+# them) and the gold tags are put back before EVALB scores. Writes OUT/summary.json: wall times, updates, best dev F1 (greedy, as
 # validated), test F1 with beam 21 / alpha 0.3 (EVALB, COLLINS.prm), repaired outputs.
 set -euo pipefail
 minutes=$1 out=$2 preset=${3:-parse-tiny} fraction=${4:-1.0} vocab=${5:-8000}
@@ -13,7 +14,7 @@ data_dir=${TRANSDUCE_DATA:-../shared/data}
 mkdir -p "$out"
 t0=$(date +%s)
 transduce prepare ptb --data-dir "$data_dir" --out "$out/data" --vocab-size "$vocab" \
-  --train-fraction "$fraction"
+  --train-fraction "$fraction" ${TAGS:---no-tags}
 t1=$(date +%s)
 transduce train --data "$out/data" --preset "$preset" --out "$out/run" --max-minutes "$minutes" \
   --max-steps 1000000 ${TRAIN_ARGS:-}

@@ -75,8 +75,9 @@ def _add_treebank_arguments(p) -> None:
     p.add_argument(
         "--tags",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="ptb: keep the POS tags in the linearised trees, or write XX for each word",
+        default=False,
+        help="ptb: keep the POS tags in the linearised trees (default: XX for each word, as "
+        "Vinyals et al. and the paper; the gold tags are put back before scoring)",
     )
     p.add_argument(
         "--train-fraction",

@@ -90,7 +90,7 @@ def prepare_treebank(
     data_dir: str | Path,
     out: str | Path,
     *,
-    tags: bool = True,
+    tags: bool = False,
     vocab_size: int = 16000,
     train_fraction: float = 1.0,
     force: bool = False,
@@ -100,6 +100,10 @@ def prepare_treebank(
     The source of each pair is the sentence's words, the target its linearised tree
     (linearize.py); every bracket and tag token stays one subword of the joint vocabulary.
     The gold trees are kept beside (`{split}.trees.txt`): the task scores against them.
+    `tags=False` (the default) writes `XX` for every POS tag, as Vinyals et al. and the paper:
+    EVALB scores brackets, and with predicted tags a word the model tags as punctuation is
+    deleted from its output alone, which makes the sentence an error sentence that EVALB
+    leaves out; the gold tags are put back before scoring instead.
     `train_fraction` keeps the first part of the training trees, for learning curves.
     The paper's WSJ-only model used a vocabulary of 16K tokens.
     """
