@@ -97,3 +97,25 @@ def test_translate_models_refuse_to_parse(tmp_path):
         main(["parse", "--model", "tests/fixtures/legacy_run", "--input", "/dev/null"])
     assert Translator.load("tests/fixtures/legacy_run").task.metric == "bleu"
     assert override(tiny(), {"task.name": "parse"}).task.name == "parse"
+
+
+def test_evaluate_puts_the_gold_tags_back_only_when_every_output_tag_is_a_placeholder(
+    tmp_path, capsys
+):
+    # "," tagged as a word: with its own tags EVALB deletes the comma from the gold tree alone,
+    # so the sentence is an error sentence; all-XX output is given the gold tags instead.
+    gold = "(S (NP (DT the) (NN cat)) (, ,) (VP (VBD sat)))"
+    predicted = "(S (NP (DT the) (NN cat)) (NN ,) (VP (VBD sat)))"
+    placeholders = "(S (NP (XX the) (XX cat)) (XX ,) (VP (XX sat)))"
+    ref = write_lines(tmp_path / "gold.txt", [gold])
+
+    def report(hypothesis: str) -> str:
+        hyp = write_lines(tmp_path / "hyp.txt", [hypothesis])
+        main(["evaluate", "--task", "parse", "--hyp", str(hyp), "--ref", str(ref)])
+        return capsys.readouterr().out
+
+    assert "Number of Error sentence  =      1" in report(predicted)
+    assert "tags:predicted" in report(predicted)
+    scored = report(placeholders)
+    assert "Number of Valid sentence  =      1" in scored and "tags:gold" in scored
+    assert "Bracketing FMeasure       = 100.00" in scored

@@ -129,7 +129,7 @@ def _add_evaluate(verbs) -> None:
     p.add_argument(
         "--gold-tags",
         action="store_true",
-        help="parse: the output's POS tags are placeholders; score with the gold tags",
+        help="parse: score with the gold POS tags (automatic when every output tag is XX)",
     )
     p.set_defaults(run=_evaluate)
 
@@ -144,7 +144,10 @@ def _evaluate(args) -> None:
     if args.task == "translation":
         config = scoring(args.lowercase_tokenized)
     else:
-        config = TaskConfig(name=args.task, tags=not args.gold_tags)
+        from ..tasks.parsing import carries_placeholders
+
+        gold_tags = args.gold_tags or carries_placeholders(pair.src)
+        config = TaskConfig(name=args.task, tags=not gold_tags)
     task = get_task(config)
     for score in task.report(pair.src, pair.tgt):
         sys.stdout.write(f"{score}\n")

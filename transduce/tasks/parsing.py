@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 
 from ..config import DecodeConfig, TaskConfig
 from ..data.dataset import PreparedData
-from ..data.linearize import restore
+from ..data.linearize import PLACEHOLDER, restore
 from ..data.trees import Tree, to_string
 from .evalb import COLLINS, evalb
 from .evalb_report import format_summary
@@ -54,6 +55,15 @@ class Parsing:
 
     def report(self, hypotheses: list[str], references: list[str]) -> list[Score]:
         return [self.score(hypotheses, references)]
+
+
+def carries_placeholders(trees: list[str]) -> bool:
+    """Whether every preterminal of these one-line trees is the placeholder `XX` (tags=False)."""
+    labels = [label for tree in trees for label in _PRETERMINAL.findall(tree)]
+    return bool(labels) and all(label == PLACEHOLDER for label in labels)
+
+
+_PRETERMINAL = re.compile(r"\(([^\s()]+) [^\s()]+\)")  # (TAG word)
 
 
 def restore_all(outputs: list[str], sources: list[str], tags: bool) -> tuple[list[Tree], int]:
