@@ -104,14 +104,19 @@ def _test_score(run_dir: Path, data: PreparedData, device: str | None) -> dict:
     if saved.exists():
         return json.loads(saved.read_text())
     split = "test" if "test" in data.splits else "dev"
-    text, task = data.text(split), get_task(data.task)
-    translator = Translator.load(run_dir, device=device)
-    outputs = [hyps[0][0] for hyps in translator.translate(text.src)]
-    (run_dir / f"{split}.hyp").write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
-    result = task.score(outputs, task.references(data, split))
-    score = {"split": split, "score": result.score, "signature": result.signature}
+    score = translate_and_score(Translator.load(run_dir, device=device), data, split, run_dir)
     saved.write_text(json.dumps(score, indent=2))
     return score
+
+
+def translate_and_score(translator: Translator, data: PreparedData, split: str, out: Path) -> dict:
+    """`split` translated with the translator's search, written to `out/{split}.hyp` and scored
+    by the task: `{"split", "score", "signature"}`."""
+    text, task = data.text(split), get_task(data.task)
+    outputs = [hyps[0][0] for hyps in translator.translate(text.src)]
+    (out / f"{split}.hyp").write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
+    result = task.score(outputs, task.references(data, split))
+    return {"split": split, "score": result.score, "signature": result.signature}
 
 
 def write_report(results: list[RunResult], out: Path) -> None:
