@@ -100,6 +100,7 @@ def test_params_only_prints_ours_beside_the_papers(capsys):
 
 QUICK = PLUMBING_MODEL | {
     "model.h": 1,  # so that row A2 (half the heads) cannot be scaled
+    "train.warmup_steps": 2,  # so that the average of the last 2 differs from the last
     "train.valid_every": 3,
     "train.keep_last": 2,
     "train.average_last": 2,
@@ -136,6 +137,11 @@ def test_a_failed_row_is_reported_and_a_resumed_sweep_trains_only_what_is_unfini
     for row in ("base", "D3"):
         assert [run.error for run in first[row].runs] == ["", ""]
         assert all(run.dev_ppl > 1 and run.updates == 4 for run in first[row].runs)
+    # Scored as the paper's Table 3: the last checkpoint, not an average of the last ones.
+    for run in first["base"].runs:
+        log = (tmp_path / f"base-seed{run.seed}" / "log.jsonl").read_text().splitlines()
+        last = [json.loads(line) for line in log if '"valid"' in line][-1]
+        assert last["step"] == 4 and run.dev_ppl == pytest.approx(last["ppl"], rel=1e-9)
     table = (tmp_path / "table3.md").read_text()
     assert "cannot scale" in table and "out of patience" in table and " ± " in table
     assert len((tmp_path / "table3.csv").read_text().splitlines()) == 1 + len(ROWS)
@@ -143,10 +149,18 @@ def test_a_failed_row_is_reported_and_a_resumed_sweep_trains_only_what_is_unfini
     # Resumed: only the failed row trains again; the finished rows keep their results.
     trained.clear()
     monkeypatch.setattr(sweep_module, "train", _recording(real_train, trained))
+    real_score, beams = sweep_module.translate_and_score, []
+
+    def score_recording_the_beam(translator, *args):
+        beams.append(translator.decode.beam_size)
+        return real_score(translator, *args)
+
+    monkeypatch.setattr(sweep_module, "translate_and_score", score_recording_the_beam)
     args = ["sweep", "--data", data.path, "--base", "tiny", "--rows", ",".join(ROWS)]
     args += ["--seeds", "2", "--steps", "4", "--out", tmp_path, "--set", *as_set_arguments(QUICK)]
     main([str(a) for a in args])
     assert trained == ["B1-seed1", "B1-seed2"]
+    assert beams == [4, 4]  # s6.1's beam search (the task's), not validation's greedy search
     again = json.loads((tmp_path / "table3.json").read_text())["rows"]
     assert [r["runs"] for r in again if r["row"] == "base"] == [
         [dataclasses.asdict(run) for run in first["base"].runs]
