@@ -11,7 +11,7 @@ from transduce.cli import main
 from transduce.data.corpus import LengthFilter
 from transduce.data.dataset import prepare
 from transduce.experiments import sweep as sweep_module
-from transduce.experiments.sweep import sweep, sweep_base
+from transduce.experiments.sweep import RunResult, sweep, sweep_base
 from transduce.experiments.table3 import ROW_NAMES, CannotScale, row_config
 from transduce.presets import big, preset
 
@@ -131,7 +131,7 @@ def test_a_failed_row_is_reported_and_a_resumed_sweep_trains_only_what_is_unfini
     monkeypatch.setattr(sweep_module, "train", train_failing_b1)
     base = sweep_base("tiny", steps=4, assignments=as_set_arguments(QUICK))
     first = {r.row: r for r in sweep(data.path, tmp_path, base, rows=ROWS, seeds=2)}
-    assert trained == ["base-seed1", "base-seed2", "B1-seed1", "B1-seed2", "D3-seed1", "D3-seed2"]
+    assert trained == ["base-seed1", "B1-seed1", "D3-seed1", "base-seed2", "B1-seed2", "D3-seed2"]
     assert first["A2"].config is None and "heads" in first["A2"].note
     assert all(run.error == "RuntimeError: out of patience" for run in first["B1"].runs)
     for row in ("base", "D3"):
@@ -175,3 +175,19 @@ def _recording(train, calls):
         return train(config, data_dir, run_dir, **kwargs)
 
     return recorded
+
+
+def test_rows_far_from_the_base_keep_one_seed(data, tmp_path, monkeypatch):
+    first_seed_bleu = {"base": 30.0, "B1": 28.9, "D3": 30.8}  # B1 is 1.1 BLEU away
+    calls = []
+
+    def scripted_run(config, row, seed, data, run_dir, device):
+        calls.append(f"{row}-{seed}")
+        score = first_seed_bleu[row] + 0.1 * (seed - 1)
+        return RunResult(row, seed, dev_ppl=5.0, dev_score=score, parameters=1, updates=4,
+                         minutes=0.1)  # fmt: skip
+
+    monkeypatch.setattr(sweep_module, "_run", scripted_run)
+    base = sweep_base("tiny", steps=4)
+    sweep(data.path, tmp_path, base, rows=["base", "B1", "D3"], seeds=3, one_seed_beyond=1.0)
+    assert calls == ["base-1", "B1-1", "D3-1", "base-2", "D3-2", "base-3", "D3-3"]

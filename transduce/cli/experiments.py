@@ -73,6 +73,12 @@ def _add_sweep(verbs) -> None:
         "--rows", default="table3", help="table3 (every row), or names such as base,A1,E1"
     )
     p.add_argument("--seeds", type=int, default=1)
+    p.add_argument(
+        "--one-seed-beyond",
+        type=float,
+        metavar="BLEU",
+        help="a row whose first seed scores at least this far from the base's keeps one seed",
+    )
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=float, help="training time of each run")
     budget.add_argument("--steps", type=int, help="updates of each run")
@@ -103,7 +109,7 @@ def _sweep(args) -> None:
     out = args.out or Path("runs") / f"table3-{args.base}"
     command = "transduce " + shlex.join(sys.argv[1:])
     sweep(args.data, out, base, rows=rows, seeds=args.seeds, device=args.device,
-          description=f"`{command}`")  # fmt: skip
+          one_seed_beyond=args.one_seed_beyond, description=f"`{command}`")  # fmt: skip
     sys.stdout.write((out / "table3.md").read_text())
 
 

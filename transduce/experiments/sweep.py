@@ -104,26 +104,50 @@ def sweep(
     *,
     rows: Sequence[str] = ROW_NAMES,
     seeds: int = 1,
+    one_seed_beyond: float | None = None,
     device: str | None = None,
     description: str = "",
 ) -> list[RowResult]:
     """Train and score each row of `rows` at `base` with seeds 1..`seeds`; see the module.
 
+    Seed by seed: a sweep stopped in its second seed already holds every row once. With
+    `one_seed_beyond`, a row whose first seed scores at least that far from the base's first
+    seed (e.g. 1.0 BLEU) keeps one seed: its direction does not need the spread.
     `description` heads the report, e.g. the command that ran the sweep.
     """
     data, out = PreparedData.load(data_dir), Path(out)
     results = plan(base, rows)
-    todo = [(r, seed) for r in results if r.config is not None for seed in range(1, seeds + 1)]
-    started = time.monotonic()
-    for number, (result, seed) in enumerate(todo, start=1):
-        logger.info("[run %d/%d] row %s, seed %d of %d", number, len(todo), result.row, seed, seeds)
-        config = override(result.config, {"train.seed": seed})
-        run_dir = out / f"{result.row}-seed{seed}"
-        result.runs.append(_run_safely(config, result.row, seed, data, run_dir, device))
-        write_report(results, base, out, description)
-        _log_progress(result.runs[-1], number, len(todo), time.monotonic() - started)
+    runnable = [r for r in results if r.config is not None]
+    number, most, started = 0, len(runnable) * seeds, time.monotonic()
+    for seed in range(1, seeds + 1):
+        for result in runnable:
+            if seed > 1 and _far_from_base(result, results, one_seed_beyond):
+                most -= 1
+                continue
+            number += 1
+            logger.info("[run %d/%d] row %s, seed %d of %d", number, most, result.row, seed, seeds)
+            config = override(result.config, {"train.seed": seed})
+            run_dir = out / f"{result.row}-seed{seed}"
+            result.runs.append(_run_safely(config, result.row, seed, data, run_dir, device))
+            write_report(results, base, out, description)
+            _log_progress(result.runs[-1], number, most, time.monotonic() - started)
     write_report(results, base, out, description)
     return results
+
+
+def _far_from_base(result: RowResult, results: list[RowResult], beyond: float | None) -> bool:
+    """Whether the row's first seed scored at least `beyond` from the base's first seed."""
+    base = next((r for r in results if r.row == "base"), None)
+    if beyond is None or base is None or result is base:
+        return False
+    firsts = [next((run for run in r.runs if run.seed == 1 and not run.error), None)
+              for r in (result, base)]  # fmt: skip
+    if None in firsts:
+        return False
+    distance = abs(firsts[0].dev_score - firsts[1].dev_score)
+    if distance >= beyond:
+        logger.info("row %s: %.2f from the base with seed 1: one seed", result.row, distance)
+    return distance >= beyond
 
 
 def _run_safely(
