@@ -41,7 +41,7 @@ def draw_lines(ax, weights: Tensor, labels: list[str], heads: list[int], title: 
         for q in range(n):
             for k in range(n):
                 w = float(weights[head, q, k])
-                if w > 0.02:  # leave out the faintest lines, as the figures do
+                if w > 0.05:  # leave out the faint lines, as the figures do
                     ax.plot([q, k], [1, 0], color=colour, lw=4 * w, alpha=min(1.0, 0.15 + w))
     for i, label in enumerate(labels):
         ax.text(i, 1.04, label, ha="center", va="bottom", rotation=60, fontsize=9)
@@ -67,8 +67,9 @@ def lines_figure(
 
 
 def draw_heatmap(ax, weights: Tensor, queries: list[str], keys: list[str], title: str) -> None:
-    """weights (Tq, Tk): rows the queries, columns the keys."""
-    ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    """weights (Tq, Tk): rows the queries, columns the keys; the brightest is the largest."""
+    top = max(float(weights.max()), 1e-9)
+    ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, vmax=top, aspect="auto")
     ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=8)
     ax.set_yticks(range(len(queries)), queries, fontsize=8)
     ax.set_title(title, fontsize=10)
