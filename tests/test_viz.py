@@ -188,6 +188,10 @@ def test_the_page_shows_the_sentence_and_redraws_for_a_head_and_a_word(browser, 
     assert page.inner_html("#heatmap") != heatmap
     page.hover("#lines text.word >> nth=2")  # one query word: only its lines
     assert len({y for _, y in _links(page)}) == 1
+    page.mouse.move(0, 0)  # away from the word: every query again
+    shown = page.inner_html("#links")
+    page.select_option("#layer", "1")
+    assert "layer 1," in page.inner_text("#lines-title") and page.inner_html("#links") != shown
     page.click("#kinds button[data-kind='cross']")
     assert page.inner_text("#lines-title").startswith("encoder-decoder attention")
     assert errors == []

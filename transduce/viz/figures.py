@@ -93,7 +93,8 @@ def heatmap_figure(
 def grid_figure(
     layers: list[Tensor], queries: list[str], keys: list[str], path: Path, title: str
 ) -> Path:
-    """Every layer (rows) x head (columns) as small heatmaps."""
+    """Every layer (rows) x head (columns) as small heatmaps, each scaled to its own largest
+    weight (the heatmap figure has the colour bar)."""
     n_layers, n_heads = len(layers), layers[0].size(0)
     cell = max(2.2, 0.18 * max(len(queries), len(keys)) + 1.2)
     figure, axes = plt.subplots(
@@ -108,5 +109,5 @@ def grid_figure(
             if layer < n_layers - 1:
                 ax.set_xticks([])
     figure.suptitle(title)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title above the top row
     return _save(figure, path)
