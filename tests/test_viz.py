@@ -13,6 +13,7 @@ import torch
 from transduce.cli import main
 from transduce.viz.capture import capture, sentence_attention
 from transduce.viz.views import attention_views
+from transduce.viz.words import group_pieces, merge_weights
 
 from .conftest import BOS, EOS, PAD, save_toy_model, tiny_model, toy_translator
 from .fakes import ScriptedSeq2Seq
@@ -79,6 +80,22 @@ def test_capturing_attention_leaves_the_translation_bit_identical(family, tmp_pa
     after = translator.translate(lines)
     assert after == before
     assert [a.translation for a in attention] == [hyps[0][0] for hyps in before]
+
+
+def test_merging_sums_over_a_words_keys_and_averages_over_its_queries():
+    words = group_pieces(["▁a", "▁do", "g", "</s>"])
+    assert words.labels == ["a", "dog", "</s>"] and words.groups == [[0], [1, 2], [3]]
+    weights = torch.tensor(
+        [[0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.1, 0.3], [0.3, 0.3, 0.3, 0.1], [0.0, 0.5, 0.5, 0.0]]
+    )
+    expected = torch.tensor(
+        [
+            [0.1, 0.2 + 0.3, 0.4],  # "a": one query, the pieces of "dog" summed
+            [(0.5 + 0.3) / 2, (0.2 + 0.6) / 2, (0.3 + 0.1) / 2],  # "dog": its two rows averaged
+            [0.0, 1.0, 0.0],
+        ]
+    )
+    torch.testing.assert_close(merge_weights(weights, words, words), expected)
 
 
 def _image(path: Path):
