@@ -53,6 +53,13 @@ def test_each_target_word_takes_its_argmax_source_word_without_eos():
     assert pharaoh(found) == "0-1 1-0"
 
 
+def test_words_are_numbered_as_split_numbers_them():
+    # a lone "▁" piece (a run of spaces) merges into an empty word, which str.split() skips
+    weights = torch.tensor([[[0.1, 0.8, 0.1, 0.0], [0.5, 0.1, 0.3, 0.1], [0.5, 0.5, 0.0, 0.0]]])
+    found = align(_attention([weights], ["", "y", "</s>"], ["", "a", "b", "</s>"]))
+    assert found == [(1, 0)]  # "y" is word 0 and weighs "b" (word 1) over "a"; "" takes no part
+
+
 def test_the_default_layer_is_the_penultimate():
     first = torch.tensor([[[1.0, 0.0, 0.0]]])  # (h=1, 1 target word, 2 source words + </s>)
     second = torch.tensor([[[0.0, 1.0, 0.0]]])

@@ -39,13 +39,15 @@ def align(attention: SentenceAttention, layer: int | None = None) -> list[tuple[
         raise ValueError(f"alignment layer {layer} out of range: the model has {len(layers)}")
     weights: Tensor = layers[layer].mean(dim=0)  # (target words, source words), heads averaged
     target_labels, source_labels = attention.labels["cross"]
-    real_source = [j for j, label in enumerate(source_labels) if label != "</s>"]
+    # Words are numbered as str.split() numbers them: a lone "▁" piece (a run of spaces) makes
+    # an empty word, which takes no number, and neither does EOS.
+    sources = [j for j, label in enumerate(source_labels) if label not in ("</s>", "")]
+    targets = [t for t, label in enumerate(target_labels) if label not in ("</s>", "")]
     pairs = []
-    for t, label in enumerate(target_labels):
-        if label == "</s>" or not real_source:
-            continue
-        best = max(real_source, key=lambda j: weights[t, j].item())
-        pairs.append((best, t))
+    for number, t in enumerate(targets):
+        if sources:
+            best = max(range(len(sources)), key=lambda n: weights[t, sources[n]].item())
+            pairs.append((best, number))
     return pairs
 
 
