@@ -8,21 +8,30 @@ from pathlib import Path
 import pytest
 import torch
 
-from transduce.config import ModelConfig
+from transduce.config import RnnConfig, TransformerConfig
+from transduce.models.rnn import RnnEncoderDecoder
 from transduce.models.transformer import Transformer
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
-def tiny_model_config(**changes) -> ModelConfig:
+def tiny_model_config(**changes) -> TransformerConfig:
     fields = dict(n_layers=2, d_model=16, d_ff=32, h=2, d_k=8, d_v=8, dropout=0.0, vocab_size=12)
     fields.update(changes)
-    return ModelConfig(**fields)
+    return TransformerConfig(**fields)
 
 
 def tiny_model(seed: int = 0, dtype=torch.float64, **changes) -> Transformer:
     torch.manual_seed(seed)
     return Transformer(tiny_model_config(**changes)).to(dtype).eval()
+
+
+def tiny_rnn(seed: int = 0, dtype=torch.float64, **changes) -> RnnEncoderDecoder:
+    """The recurrent family at the tiny size: 2 layers of 16 units, 8-dimensional embeddings."""
+    fields = dict(n_layers=2, d_model=16, d_embed=8, dropout=0.0, vocab_size=12)
+    fields.update(changes)
+    torch.manual_seed(seed)
+    return RnnEncoderDecoder(RnnConfig(**fields), pad=PAD).to(dtype).eval()
 
 
 @pytest.fixture

@@ -64,8 +64,11 @@ def test_the_model_section_is_chosen_by_its_family():
     assert config.model.family == "transformer" and config.model.d_model == 64
     # files written before the section was tagged have no family: a Transformer
     assert Config.from_dict({"model": {"d_model": 64}}).model == config.model
-    with pytest.raises(ConfigError, match=r"model\.family must be one of \['transformer'\]"):
+    with pytest.raises(ConfigError, match=r"model\.family must be one of \['rnn', 'transformer'\]"):
         Config.from_dict({"model": {"family": "lstm"}})
+    recurrent = preset("rnn-tiny")
+    assert Config.from_dict(json.loads(recurrent.to_json())) == recurrent
+    assert type(recurrent.model).__name__ == "RnnConfig"
     with pytest.raises(ConfigError, match=r"model\.family must be one of"):
         override(base(), {"model.family": "lstm"})
     with pytest.raises(ConfigError, match=r"unknown config key: model\.hidden_size"):

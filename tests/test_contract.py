@@ -1,7 +1,8 @@
 """The model contract (models/contract.py), checked on every model family the same way.
 
-Families: the Transformer (post-norm; pre-norm with learned positions) and the scripted fake of
-tests/fakes.py. The recurrent family joins this list in its issue.
+Families: the Transformer (post-norm; pre-norm with learned positions), the recurrent family in
+configurations that between them take every score, input feeding on and off, both encoder
+directions, both decoder initialisations and both cells, and the scripted fake of tests/fakes.py.
 """
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 from transduce.models.contract import Seq2Seq
 
-from .conftest import BOS, EOS, PAD, tiny_model
+from .conftest import BOS, EOS, PAD, tiny_model, tiny_rnn
 from .fakes import ScriptedSeq2Seq
 
 FAMILIES = {
@@ -18,6 +19,20 @@ FAMILIES = {
         1, pre_norm=True, positions="learned", max_positions=64
     ),
     "scripted": lambda: ScriptedSeq2Seq(vocab_size=12, seed=0),
+    "rnn-general-feeding": lambda: tiny_rnn(0),
+    "rnn-dot": lambda: tiny_rnn(1, score="dot", input_feeding=False),
+    "rnn-concat-bidirectional-bridge": lambda: tiny_rnn(
+        2, score="concat", bidirectional=True, decoder_init="bridge"
+    ),
+    "rnn-additive-bahdanau": lambda: tiny_rnn(
+        3, score="additive", input_feeding=False, bidirectional=True, decoder_init="bridge"
+    ),
+    "rnn-gru-dot-projected-feeding": lambda: tiny_rnn(
+        4, cell="gru", score="dot", bidirectional=True, memory_projection=True
+    ),
+    "rnn-gru-general-bridge": lambda: tiny_rnn(
+        5, cell="gru", input_feeding=False, decoder_init="bridge", n_layers=1
+    ),
 }
 
 

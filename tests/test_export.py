@@ -11,7 +11,7 @@ from transduce.data.dataset import prepare
 from transduce.decoding.search import greedy_search
 from transduce.decoding.translate import Translator
 from transduce.export import ExportError, export_ctranslate2, export_hf
-from transduce.presets import tiny
+from transduce.presets import preset, tiny
 from transduce.training.loop import train
 
 from .conftest import LEARNER_MODEL, reverse_task_files
@@ -95,4 +95,15 @@ def test_a_model_without_an_equivalent_is_refused_with_the_reason():
     config = override(tiny(), {"model.positions": "learned", "model.d_k": 16})
     saved = SavedModel(model=None, config=config, vocab=None, path=Path("x.pt"), step=None)
     with pytest.raises(ExportError, match=r"learned positions.*d_k or d_v"):
+        _exportable(saved)
+
+
+def test_a_recurrent_model_is_refused_with_the_reason():
+    from transduce.export.hf import _exportable
+    from transduce.models.saved import SavedModel
+
+    saved = SavedModel(
+        model=None, config=preset("rnn-tiny"), vocab=None, path=Path("x.pt"), step=None
+    )
+    with pytest.raises(ExportError, match=r"family 'rnn'.*hold the Transformer only"):
         _exportable(saved)

@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 
@@ -47,6 +48,10 @@ def test_the_log_is_mirrored_to_tensorboard_and_a_resume_hides_what_it_redoes(tm
         log.write({"kind": "train", "step": step, "loss": 10.0 - step, "lr": 1e-3})
     log.write({"kind": "valid", "step": 5, "loss": 4.5, "bleu": 12.5})
     log.close()
+    # A resumed session is a later process: its event file's name (seconds, then a counter)
+    # sorts after the first. Within one second and one long-lived process the counter's
+    # digits could sort it first, so wait past the second as a real resume does.
+    time.sleep(1.05)
     resumed = RunLog(tmp_path, resumed_at=4)  # the checkpoint was at step 3: 4 and 5 are redone
     resumed.write({"kind": "train", "step": 4, "loss": 0.5, "lr": 1e-3})
     resumed.close()

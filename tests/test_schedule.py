@@ -1,8 +1,9 @@
 import pytest
 import torch
 
+from transduce.config import override
 from transduce.presets import tiny
-from transduce.training.schedule import learning_rate, make_optimizer
+from transduce.training.schedule import Plateau, learning_rate, make_optimizer, make_schedule
 
 
 def test_eq3_peaks_at_the_end_of_warmup():
@@ -37,3 +38,33 @@ def test_adam_has_the_papers_hyperparameters():
     optimizer = make_optimizer([torch.nn.Parameter(torch.zeros(2))], tiny().train)
     group = optimizer.param_groups[0]
     assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
+
+
+def test_plateau_halves_the_rate_after_patience_validations_without_a_lower_dev_loss():
+    schedule = Plateau(1.0, factor=0.5, patience=2)
+    rates = []
+    for loss in [3.0, 2.0, 2.5, 2.0, 1.9, 1.9, 1.95, 1.8]:  # equal is no improvement
+        schedule.observe({"loss": loss})
+        rates.append(schedule.rate(1))
+    assert rates == [1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.25, 0.25]
+    floored = Plateau(1.0, factor=0.5, patience=1, min_lr=0.3)
+    for loss in [1.0, 2.0, 2.0, 2.0]:
+        floored.observe({"loss": loss})
+    assert floored.rate(1) == 0.3
+
+
+def test_plateau_continues_from_its_saved_state():
+    schedule, copy = Plateau(1.0, 0.5, 2), Plateau(1.0, 0.5, 2)
+    for loss in [2.0, 2.1]:
+        schedule.observe({"loss": loss})
+    copy.load_state_dict(schedule.state_dict())
+    for one in (schedule, copy):
+        one.observe({"loss": 2.2})  # the second validation without improvement
+    assert schedule.rate(5) == copy.rate(5) == 0.5
+
+
+def test_the_schedule_is_chosen_by_config():
+    settings = {"train.schedule": "plateau", "train.lr": "0.002", "train.plateau_patience": "3"}
+    schedule = make_schedule(override(tiny(), settings))
+    assert isinstance(schedule, Plateau) and (schedule.rate(1), schedule.patience) == (0.002, 3)
+    assert make_schedule(tiny()).state_dict() == {}  # eq. 3 is a function of the step alone

@@ -80,6 +80,9 @@ class ErrorCount:
     def postprocess(self, outputs, sources):
         return outputs
 
+    def references(self, data, split):
+        return data.text(split).tgt
+
     def score(self, hypotheses, references):
         self.scored.append(len(hypotheses))
         value = self.scores.pop(0)

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import Config, DecodeConfig, TaskConfig, TrainConfig, TransformerConfig
+from .config import Config, DecodeConfig, RnnConfig, TaskConfig, TrainConfig, TransformerConfig
 from .data.corpus import DataError, LengthFilter, corpus_files, read_parallel
 from .data.dataset import PreparedData, prepare
 from .decoding.search import Hypothesis, beam_search, greedy_search
 from .decoding.translate import Translator
 from .models import Seq2Seq, build_model, count_parameters
 from .models.saved import load_model
-from .presets import base, big, preset, small, table3, tiny
+from .presets import base, big, preset, rnn, rnn_small, rnn_tiny, small, table3, tiny
 from .tasks import get_task
 from .tasks.metrics import Score, bleu, chrf
 from .training.loop import Trainer, TrainingError, train
@@ -58,6 +58,7 @@ __all__ = [
     "Hypothesis",
     "LengthFilter",
     "PreparedData",
+    "RnnConfig",
     "Score",
     "Seq2Seq",
     "TaskConfig",
@@ -81,6 +82,9 @@ __all__ = [
     "prepare",
     "preset",
     "read_parallel",
+    "rnn",
+    "rnn_small",
+    "rnn_tiny",
     "score",
     "small",
     "table3",

@@ -1,7 +1,7 @@
 """One typed configuration for a run: model (s3), data, training (s5), decoding (s6.1), task.
 
 `Config(model, data, train, decode, task)` is a tree of frozen dataclasses. The model section is a
-tagged union: its `family` field names the model family ("transformer" today) and so which
+tagged union: its `family` field names the model family ("transformer", "rnn") and so which
 dataclass holds the rest of the section. Overrides such as `train.max_steps=2000` go through
 `override`, type-checked against the section's dataclass; unknown keys are errors. The presets
 (`base()`, `big()`, `table3("B", 1)`, ...) live in presets.py.
@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 POSITIONS = ("sinusoidal", "learned")
-SCHEDULES = ("noam", "constant")
+SCHEDULES = ("noam", "constant", "plateau")
+CELLS = ("lstm", "gru")
+SCORES = ("dot", "general", "concat", "additive")  # Luong et al. 2015's three; Bahdanau et al.'s
+DECODER_INITS = ("zero", "bridge")
 
 
 class ConfigError(ValueError):
@@ -59,10 +62,66 @@ class TransformerConfig:
         _require(self.vocab_size >= 0, "model.vocab_size must be >= 0")
 
 
+@dataclass(frozen=True)
+class RnnConfig:
+    """The recurrent attention baseline (Luong et al. 2015; Bahdanau et al. 2015).
+
+    Encoder h_i = RNN(Emb(x_i), h_{i-1}); decoder h'_j = RNN(Emb(y_{j-1}), h'_{j-1}); attention
+    alpha_ij = softmax_i(score(h_i, h'_j)), c_j = sum_i alpha_ij h_i; h~'_j = tanh(W_c [c_j; h'_j]
+    + b_c); y_j = softmax(W_o h~'_j + b_o). `d_model` is the hidden size of every recurrent layer
+    (of each direction in a bidirectional encoder), so a bidirectional h_i has 2 d_model entries.
+    """
+
+    family: str = "rnn"
+    cell: str = "lstm"  # or "gru"
+    n_layers: int = 4  # recurrent layers, for the encoder and the decoder alike
+    d_model: int = 1000  # hidden size
+    d_embed: int = 1000  # Emb(x) and Emb(y)
+    bidirectional: bool = False  # encoder h_i = [forward h_i; backward h_i]
+    memory_projection: bool = False  # h_i := W_p h_i, bringing a bidirectional h_i to d_model
+    score: str = "general"  # dot | general | concat (Luong) | additive (Bahdanau's wiring)
+    input_feeding: bool = True  # h~'_{j-1} joins the decoder's input (Luong s3.3)
+    decoder_init: str = "zero"  # or "bridge": h'_0 = tanh(W_b [encoder's last states] + b_b)
+    dropout: float = 0.2  # on embeddings, between recurrent layers, and on h~'_j
+    share_embeddings: bool = False  # one matrix for source and target tokens (joint BPE)
+    tie_output: bool = False  # W_o is the target embedding (needs d_embed == d_model)
+    vocab_size: int = 0  # 0 until the data is known; set by training from the vocabulary
+
+    @property
+    def d_memory(self) -> int:
+        """The size of the encoder's h_i, what the decoder attends to."""
+        return self.d_model * (2 if self.bidirectional and not self.memory_projection else 1)
+
+    def __post_init__(self) -> None:
+        _require(self.family == "rnn", "model.family of an RnnConfig is rnn")
+        _require(self.cell in CELLS, f"model.cell must be one of {CELLS}, not {self.cell!r}")
+        _require(self.score in SCORES, f"model.score must be one of {SCORES}, not {self.score!r}")
+        _require(self.decoder_init in DECODER_INITS, f"model.decoder_init: one of {DECODER_INITS}")
+        for name in ("n_layers", "d_model", "d_embed"):
+            _require(getattr(self, name) > 0, f"model.{name} must be positive")
+        _require(0.0 <= self.dropout < 1.0, "model.dropout must be in [0, 1)")
+        _require(self.vocab_size >= 0, "model.vocab_size must be >= 0")
+        _require(
+            self.score != "dot" or self.d_memory == self.d_model,
+            f"model.score=dot compares h'_j (d_model={self.d_model}) with h_i directly, but the "
+            f"bidirectional encoder's h_i has {self.d_memory} entries: set "
+            "model.memory_projection=true, or a score with its own weights (general, concat)",
+        )
+        _require(
+            not (self.score == "additive" and self.input_feeding),
+            "model.input_feeding: the additive score's Bahdanau wiring feeds the context c_j into "
+            "the recurrent step already; set model.input_feeding=false",
+        )
+        _require(
+            not self.tie_output or self.d_embed == self.d_model,
+            "model.tie_output needs model.d_embed == model.d_model (W_o is the embedding)",
+        )
+
+
 # The model section's dataclass for each `model.family`. Every family has `d_model` (the width
 # the eq. 3 schedule scales by) and `vocab_size`.
-MODEL_FAMILIES: dict[str, type] = {"transformer": TransformerConfig}
-ModelConfig = TransformerConfig  # the union of MODEL_FAMILIES' classes; one family so far
+MODEL_FAMILIES: dict[str, type] = {"transformer": TransformerConfig, "rnn": RnnConfig}
+ModelConfig = TransformerConfig | RnnConfig  # the union of MODEL_FAMILIES' classes
 
 
 @dataclass(frozen=True)
@@ -81,10 +140,13 @@ class DataConfig:
 class TrainConfig:
     """The optimiser, schedule and regularisation of s5.3-5.4, and the run's bookkeeping."""
 
-    schedule: str = "noam"  # eq. 3 (warmup, then step^-0.5); or "constant" at `lr`
+    schedule: str = "noam"  # eq. 3 (warmup, then step^-0.5); "constant" at `lr`; or "plateau"
     warmup_steps: int = 4000
     lr_scale: float = 1.0  # multiplies eq. 3; the paper's value is 1
-    lr: float = 1e-3  # the rate of the constant schedule
+    lr: float = 1e-3  # the rate of the constant schedule; the first rate of "plateau"
+    plateau_factor: float = 0.5  # "plateau": the rate times this ...
+    plateau_patience: int = 5  # ... after this many validations in a row without a lower dev loss
+    min_lr: float = 0.0  # "plateau" never goes below this rate
     beta1: float = 0.9
     beta2: float = 0.98
     eps: float = 1e-9
@@ -110,6 +172,9 @@ class TrainConfig:
         _require(self.warmup_steps > 0, "train.warmup_steps must be positive")
         _require(self.lr_scale > 0, "train.lr_scale must be positive")
         _require(self.lr > 0, "train.lr must be positive")
+        _require(0 < self.plateau_factor < 1, "train.plateau_factor must be in (0, 1)")
+        _require(self.plateau_patience > 0, "train.plateau_patience must be positive")
+        _require(0 <= self.min_lr <= self.lr, "train.min_lr must be in [0, train.lr]")
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")
         _require(self.accumulate > 0, "train.accumulate must be positive")
         _require(self.max_steps > 0, "train.max_steps must be positive")
@@ -149,19 +214,21 @@ class TaskConfig:
 
     Set by `prepare` from the corpus and copied into the run by training. For translation,
     `tokenize` and `lowercase` are sacreBLEU's: "13a" and cased for raw text; "none" and
-    lowercased for pre-tokenized text, as results published on such text are scored.
+    lowercased for pre-tokenized text, as results published on such text are scored. For
+    parsing (s6.3), `tags`: the linearised trees keep the POS tags, or write `XX` for each.
     """
 
     name: str = "translation"
     tokenize: str = "13a"
     lowercase: bool = False
+    tags: bool = True
 
     def __post_init__(self) -> None:
         _require(self.name in TASKS, f"task.name must be one of {TASKS}")
         _require(self.tokenize in ("13a", "none", "intl", "char"), "task.tokenize: unknown")
 
 
-TASKS = ("translation",)
+TASKS = ("translation", "parse")
 
 
 @dataclass(frozen=True)

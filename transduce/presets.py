@@ -1,5 +1,7 @@
-"""The presets, written out in full: the paper's base, big and every Table 3 row (s6.2), and the
-small-data models `tiny` and `small` for CPUs. Each is a function returning a whole Config."""
+"""The presets, written out in full: the paper's base, big and every Table 3 row (s6.2), the
+small-data models `tiny` and `small` for CPUs, and the recurrent baseline at the size of Luong et
+al. 2015 (`rnn`) and at the sizes of `tiny` and `small` (`rnn-tiny`, `rnn-small`). Each is a
+function returning a whole Config."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from .config import (
     Config,
     ConfigError,
     DataConfig,
+    RnnConfig,
     TrainConfig,
     TransformerConfig,
 )
@@ -88,6 +91,124 @@ def small() -> Config:
     )
 
 
+def rnn() -> Config:
+    """Luong et al. 2015's WMT model: 4 layers of 1,000 LSTM units, 1,000-dimensional embeddings,
+    input feeding, global attention, dropout 0.2, parameters U(-0.1, 0.1), gradient norm clipped
+    at 5, no label smoothing; a unidirectional encoder, whose last states start the decoder.
+
+    Adam at 1e-3, halved after 5 validations without a lower dev loss (the recipe of the
+    toolkits' recurrent baselines; Luong et al. used SGD, halving the rate each epoch after 5).
+    """
+    return Config(
+        model=RnnConfig(
+            cell="lstm",
+            n_layers=4,
+            d_model=1000,
+            d_embed=1000,
+            bidirectional=False,
+            score="general",
+            input_feeding=True,
+            decoder_init="bridge",
+            dropout=0.2,
+            share_embeddings=False,
+            tie_output=False,
+        ),
+        data=DataConfig(max_tokens=4096),
+        train=TrainConfig(
+            schedule="plateau",
+            lr=1e-3,
+            plateau_factor=0.5,
+            plateau_patience=5,
+            warmup_steps=1,  # no warmup: every checkpoint may join the final average
+            beta1=0.9,
+            beta2=0.999,
+            eps=1e-8,
+            clip_norm=5.0,
+            label_smoothing=0.0,
+            max_steps=100000,
+            valid_every=1000,
+        ),
+    )
+
+
+def rnn_tiny() -> Config:
+    """A bidirectional 2-layer LSTM of 136 units per direction with shared and tied embeddings:
+    as many parameters as `tiny` (2.65M and 2.61M at a 10k vocabulary), trained like it (4,096-
+    token batches, label smoothing 0.1, dropout 0.3, a validation and checkpoint per epoch of
+    Multi30k, the average of the last 10) with the recurrent recipe: Adam at 1e-3 halved after 3
+    validations without a lower dev loss, gradients clipped at norm 5.
+    """
+    return Config(
+        model=RnnConfig(
+            cell="lstm",
+            n_layers=2,
+            d_model=136,
+            d_embed=136,
+            bidirectional=True,
+            score="general",
+            input_feeding=True,
+            decoder_init="bridge",
+            dropout=0.3,
+            share_embeddings=True,
+            tie_output=True,
+        ),
+        data=DataConfig(max_tokens=4096),
+        train=TrainConfig(
+            schedule="plateau",
+            lr=1e-3,
+            plateau_factor=0.5,
+            plateau_patience=3,
+            warmup_steps=1,  # no warmup: every checkpoint may join the final average
+            beta1=0.9,
+            beta2=0.999,
+            eps=1e-8,
+            clip_norm=5.0,
+            label_smoothing=0.1,
+            max_steps=20000,
+            valid_every=125,
+            keep_last=10,
+            average_last=10,
+        ),
+    )
+
+
+def rnn_small() -> Config:
+    """A bidirectional 2-layer LSTM of 280 units per direction with shared and tied embeddings:
+    as many parameters as `small` (7.67M and 7.58M at an 8k vocabulary), with `rnn-tiny`'s recipe
+    at dropout 0.2 (Luong et al.'s) and a validation every 500 updates, as `small`.
+    """
+    return Config(
+        model=RnnConfig(
+            cell="lstm",
+            n_layers=2,
+            d_model=280,
+            d_embed=280,
+            bidirectional=True,
+            score="general",
+            input_feeding=True,
+            decoder_init="bridge",
+            dropout=0.2,
+            share_embeddings=True,
+            tie_output=True,
+        ),
+        data=DataConfig(max_tokens=4096),
+        train=TrainConfig(
+            schedule="plateau",
+            lr=1e-3,
+            plateau_factor=0.5,
+            plateau_patience=3,
+            warmup_steps=1,  # no warmup: every checkpoint may join the final average
+            beta1=0.9,
+            beta2=0.999,
+            eps=1e-8,
+            clip_norm=5.0,
+            label_smoothing=0.1,
+            max_steps=20000,
+            valid_every=500,
+        ),
+    )
+
+
 # Table 3, written out row by row: (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, positions).
 _TABLE3 = {
     ("A", 1): (6, 512, 2048, 1, 512, 512, 0.1, 0.1, "sinusoidal"),
@@ -146,11 +267,66 @@ def table3(row: str, index: int) -> Config:
     )
 
 
-PRESETS = {"base": base, "big": big, "tiny": tiny, "small": small}
+def parse() -> Config:
+    """The parser of s6.3: 4 layers, d_model 1024, the rest of the base model unchanged.
+
+    "All other parameters remained unchanged from the English-to-German base translation
+    model": 8 heads (so d_k = d_v = 128), d_ff 2048, P_drop 0.1, eps_ls 0.1. Decoding takes
+    the task's s6.3 settings (beam 21, alpha 0.3, input + 300). As in the reference
+    implementation's parsing setting, the softmax does not share the target embedding.
+    """
+    return Config(
+        model=TransformerConfig(
+            n_layers=4, d_model=1024, d_ff=2048, h=8, d_k=128, d_v=128, dropout=0.1,
+            tie_output=False,
+        ),
+        data=DataConfig(max_tokens=25000),
+        train=TrainConfig(warmup_steps=4000, label_smoothing=0.1, max_steps=100000),
+    )  # fmt: skip
+
+
+def parse_tiny() -> Config:
+    """The parser sized for a CPU and the ~3,000 training trees of the NLTK sample.
+
+    4 layers as the paper's parser, d_model 128, 4 heads, d_ff 512, untied softmax; pre-norm and
+    dropout 0.3 as `tiny`, which learns faster this way on small data. A linearised tree is about
+    twice as long as its sentence's subwords, so a CPU update costs several of `tiny`'s: the
+    schedule peaks early (2e-3 after 400 updates) for runs of about a thousand updates.
+    """
+    d_model, warmup, peak = 128, 400, 2e-3
+    return Config(
+        model=TransformerConfig(
+            n_layers=4, d_model=d_model, d_ff=512, h=4, d_k=32, d_v=32, dropout=0.3,
+            pre_norm=True, tie_output=False,
+        ),
+        data=DataConfig(max_tokens=4096),
+        train=TrainConfig(
+            warmup_steps=warmup,
+            lr_scale=scale_for_peak(peak, d_model, warmup),
+            label_smoothing=0.1,
+            max_steps=20000,
+            valid_every=100,
+            keep_last=5,
+            average_last=5,
+        ),
+    )  # fmt: skip
+
+
+PRESETS = {
+    "base": base,
+    "big": big,
+    "tiny": tiny,
+    "small": small,
+    "parse": parse,
+    "parse-tiny": parse_tiny,
+    "rnn": rnn,
+    "rnn-tiny": rnn_tiny,
+    "rnn-small": rnn_small,
+}
 
 
 def preset(name: str) -> Config:
-    """`base`, `big`, `tiny`, `small`, or a Table 3 row written like `B1` or `table3-B1`."""
+    """A name of PRESETS (`base`, `big`, `tiny`, ...), or a Table 3 row like `B1` or `table3-B1`."""
     if name in PRESETS:
         return PRESETS[name]()
     row = name.removeprefix("table3-").removeprefix("table3_")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import logging
 from pathlib import Path
 
 from .common import env_path
@@ -14,17 +16,11 @@ def add_verbs(verbs) -> None:
         "prepare",
         help="read or download a corpus, train the BPE, encode it",
         description="Prepare a parallel corpus: read it from --data-dir or "
-        "download it, check it, train a joint BPE, encode and store every split.",
+        "download it, check it, train a joint BPE, encode and store every split. "
+        "`ptb` prepares the Penn Treebank (the full WSJ in DIR/wsj, or the NLTK sample in "
+        "DIR/ptb_sample) for parsing: words in, linearised trees out (s6.3).",
     )
-    p.add_argument("corpus", choices=["multi30k", "small_parallel_enja", "files"])
-    p.add_argument("--src", required=True, help="source language, e.g. en")
-    p.add_argument("--tgt", required=True, help="target language, e.g. de")
-    p.add_argument(
-        "--variant",
-        default="raw",
-        choices=["raw", "tok"],
-        help="multi30k: raw cased text, or the lowercased Moses-tokenized files",
-    )
+    p.add_argument("corpus", choices=["multi30k", "small_parallel_enja", "files", "ptb"])
     p.add_argument(
         "--data-dir",
         type=Path,
@@ -32,18 +28,31 @@ def add_verbs(verbs) -> None:
         help="folder holding multi30k/ etc. (default $TRANSDUCE_DATA; else download)",
     )
     p.add_argument("--out", type=Path, required=True, help="folder for the prepared data")
-    p.add_argument("--vocab-size", type=int, default=10000, help="joint BPE size (paper: 37000)")
     p.add_argument(
-        "--max-len",
+        "--vocab-size",
         type=int,
-        default=250,
-        help="drop training pairs with a side longer than this many subwords",
+        help="joint BPE size (default 10000; ptb: 16000, as the paper's WSJ-only parser)",
+    )
+    p.add_argument("--force", action="store_true", help="redo even if --out is up to date")
+    _add_parallel_arguments(p)
+    _add_treebank_arguments(p)
+    p.set_defaults(run=_prepare)
+
+
+def _add_parallel_arguments(p) -> None:
+    p.add_argument("--src", help="source language, e.g. en (not for ptb)")
+    p.add_argument("--tgt", help="target language, e.g. de (not for ptb)")
+    p.add_argument(
+        "--variant",
+        default="raw",
+        choices=["raw", "tok"],
+        help="multi30k: raw cased text, or the lowercased Moses-tokenized files",
     )
     p.add_argument(
-        "--max-len-ratio",
-        type=float,
-        default=9.0,
-        help="drop training pairs whose length ratio exceeds this",
+        "--max-len", type=int, default=250, help="drop training pairs longer than this (subwords)"
+    )
+    p.add_argument(
+        "--max-len-ratio", type=float, default=9.0, help="drop pairs of a longer length ratio"
     )
     p.add_argument(
         "--character-coverage",
@@ -60,17 +69,57 @@ def add_verbs(verbs) -> None:
     for name in ("train", "dev", "test"):
         p.add_argument(f"--{name}-src", type=Path, help=f"with `files`: the {name} source file")
         p.add_argument(f"--{name}-tgt", type=Path, help=f"with `files`: the {name} target file")
-    p.add_argument("--force", action="store_true", help="redo even if --out is up to date")
-    p.set_defaults(run=_prepare)
+
+
+def _add_treebank_arguments(p) -> None:
+    p.add_argument(
+        "--tags",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="ptb: keep the POS tags in the linearised trees (default: XX for each word, as "
+        "Vinyals et al. and the paper; the gold tags are put back before scoring)",
+    )
+    p.add_argument(
+        "--train-fraction",
+        type=float,
+        default=1.0,
+        help="ptb: keep this first part of the training trees (for learning curves)",
+    )
 
 
 def _prepare(args) -> None:
-    import logging
+    data = _prepare_treebank(args) if args.corpus == "ptb" else _prepare_parallel(args)
+    logging.getLogger("transduce").info(
+        "prepared %s: splits %s, vocabulary %d, training pairs %s",
+        args.out,
+        ", ".join(data.splits),
+        data.vocab.size,
+        data.meta["filter_report"],
+    )
 
+
+def _prepare_treebank(args):
+    from ..data.ptb import prepare_treebank
+
+    if args.data_dir is None:
+        raise ValueError("ptb needs --data-dir (or $TRANSDUCE_DATA): the treebank is licensed")
+    return prepare_treebank(
+        args.data_dir,
+        args.out,
+        tags=args.tags,
+        vocab_size=args.vocab_size or 16000,
+        train_fraction=args.train_fraction,
+        force=args.force,
+    )
+
+
+def _prepare_parallel(args):
     from ..data.corpus import LengthFilter, corpus_files, is_tokenized
     from ..data.dataset import prepare
     from ..tasks.translation import scoring
 
+    if not (args.src and args.tgt):
+        raise ValueError(f"{args.corpus} needs --src and --tgt")
     if args.corpus == "files":
         splits, tokenized = _user_files(args), args.tokenized
     else:
@@ -81,10 +130,10 @@ def _prepare(args) -> None:
     coverage = args.character_coverage
     if coverage is None:
         coverage = 0.9995 if {args.src, args.tgt} & WIDE_SCRIPTS else 1.0
-    data = prepare(
+    return prepare(
         splits,
         args.out,
-        vocab_size=args.vocab_size,
+        vocab_size=args.vocab_size or 10000,
         length_filter=LengthFilter(max_len=args.max_len, max_len_ratio=args.max_len_ratio),
         description={
             "corpus": args.corpus,
@@ -95,13 +144,6 @@ def _prepare(args) -> None:
         task=scoring(tokenized),
         character_coverage=coverage,
         force=args.force,
-    )
-    logging.getLogger("transduce").info(
-        "prepared %s: splits %s, vocabulary %d, training pairs %s",
-        args.out,
-        ", ".join(data.splits),
-        data.vocab.size,
-        data.meta["filter_report"],
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 def add_verbs(verbs) -> None:
     _add_translate(verbs)
+    _add_parse(verbs)
     _add_evaluate(verbs)
 
 
@@ -19,19 +20,9 @@ def _add_translate(verbs) -> None:
         description="Beam search (s6.1) over raw text, one sentence a line; "
         "stdin to stdout unless --input/--output are given.",
     )
-    p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint file")
-    p.add_argument(
-        "--checkpoint", type=Path, help="a checkpoint file (default: average.pt, else the newest)"
-    )
-    # Unset flags keep the run's own decode settings (the paper's: beam 4, alpha 0.6, +50).
-    p.add_argument("--beam", type=int, help="beam size; 1 is greedy search")
-    p.add_argument("--alpha", type=float, help="length penalty")
+    _add_model_and_search_arguments(p)
     p.add_argument("--n-best", type=int, help="print the n best as 'line ||| text ||| score'")
     p.add_argument("--max-len-b", type=int, help="output length <= input + this")
-    p.add_argument("--batch-size", type=int, help="sentences per batch")
-    p.add_argument("--input", type=Path)
-    p.add_argument("--output", type=Path)
-    p.add_argument("--device")
     p.add_argument(
         "--int8",
         action="store_true",
@@ -52,15 +43,26 @@ def _add_translate(verbs) -> None:
     p.set_defaults(run=_translate)
 
 
+def _add_model_and_search_arguments(p) -> None:
+    """The model, the input and output, and the search settings (unset: the run's own)."""
+    p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint file")
+    p.add_argument(
+        "--checkpoint", type=Path, help="a checkpoint file (default: average.pt, else the newest)"
+    )
+    p.add_argument("--beam", type=int, help="beam size; 1 is greedy search (default: the run's)")
+    p.add_argument("--alpha", type=float, help="length penalty (default: the run's)")
+    p.add_argument("--batch-size", type=int, help="sentences per batch")
+    p.add_argument("--input", type=Path, help="default: standard input")
+    p.add_argument("--output", type=Path, help="default: standard output")
+    p.add_argument("--device")
+
+
 def _translate(args) -> None:
-    from ..data.corpus import decode_lines, read_lines
     from ..decoding.translate import Translator
 
     # A bad model fails here, before any input is read.
     translator = Translator.load(args.model, args.checkpoint, args.device, int8=args.int8)
-    lines = (
-        read_lines(args.input) if args.input else decode_lines(sys.stdin.buffer.read(), "<stdin>")
-    )
+    lines = _input_lines(args.input)
     given = {
         "beam_size": args.beam,
         "alpha": args.alpha,
@@ -70,7 +72,7 @@ def _translate(args) -> None:
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
     if args.alignments or args.alignments_out:
-        _write(args.output, _aligned(translator, lines, decode, args))
+        _write_output(args.output, _aligned(translator, lines, decode, args))
         return
     results = translator.translate(lines, decode)
     if decode.n_best == 1:
@@ -79,10 +81,16 @@ def _translate(args) -> None:
         text = "".join(
             f"{i} ||| {t} ||| {s:.4f}\n" for i, hyps in enumerate(results) for t, s in hyps
         )
-    _write(args.output, text)
+    _write_output(args.output, text)
 
 
-def _write(path: Path | None, text: str) -> None:
+def _input_lines(path: Path | None) -> list[str]:
+    from ..data.corpus import decode_lines, read_lines
+
+    return read_lines(path) if path else decode_lines(sys.stdin.buffer.read(), "<stdin>")
+
+
+def _write_output(path: Path | None, text: str) -> None:
     if path:
         path.write_text(text, encoding="utf-8")
     else:
@@ -103,6 +111,35 @@ def _aligned(translator, lines: list[str], decode, args) -> str:
     return "".join(f"{text} ||| {pharaoh(pairs)}\n" for text, pairs in results)
 
 
+def _add_parse(verbs) -> None:
+    p = verbs.add_parser(
+        "parse",
+        help="parse tokenised sentences into bracketed trees",
+        description="Constituency parsing (s6.3) with a model trained on `prepare ptb` data: "
+        "one tokenised sentence a line in, one bracketed tree a line out. Beam 21, length "
+        "penalty 0.3, at most input + 300 tokens unless told otherwise.",
+    )
+    _add_model_and_search_arguments(p)
+    p.set_defaults(run=_parse)
+
+
+def _parse(args) -> None:
+    import logging
+
+    from ..decoding.translate import Translator
+
+    translator = Translator.load(args.model, args.checkpoint, args.device)
+    if translator.task.metric != "f1":
+        raise ValueError(f"{args.model} was not trained to parse; use `transduce translate`")
+    given = {"beam_size": args.beam, "alpha": args.alpha, "batch_size": args.batch_size}
+    decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
+    results = translator.translate(_input_lines(args.input), decode)
+    _write_output(args.output, "".join(hyps[0][0] + "\n" for hyps in results))
+    logging.getLogger("transduce").info(
+        "%d of %d outputs were repaired into trees", translator.task.repaired, len(results)
+    )
+
+
 def _add_evaluate(verbs) -> None:
     p = verbs.add_parser("evaluate", help="score output against references with the task's metrics")
     p.add_argument("--hyp", type=Path, required=True)
@@ -113,11 +150,21 @@ def _add_evaluate(verbs) -> None:
         help="score word alignments: AER (Och & Ney 2003) of Pharaoh links against a gold file "
         "with sure i-j and possible i?j links",
     )
-    p.add_argument("--task", default="translation", choices=["translation"])
+    p.add_argument(
+        "--task",
+        default="translation",
+        choices=["translation", "parse"],
+        help="translation: BLEU and chrF; parse: EVALB (COLLINS.prm) on one tree a line",
+    )
     p.add_argument(
         "--lowercase-tokenized",
         action="store_true",
         help="translation: lowercased BLEU on whitespace tokens, as published Multi30k results",
+    )
+    p.add_argument(
+        "--gold-tags",
+        action="store_true",
+        help="parse: score with the gold POS tags (automatic when every output tag is XX)",
     )
     p.set_defaults(run=_evaluate)
 
@@ -134,7 +181,13 @@ def _evaluate(args) -> None:
     from ..tasks.translation import scoring
 
     pair = read_parallel(args.hyp, args.ref)  # checks UTF-8 and equal line counts
-    config = scoring(args.lowercase_tokenized) if args.task == "translation" else None
-    task = get_task(config or TaskConfig(name=args.task))
+    if args.task == "translation":
+        config = scoring(args.lowercase_tokenized)
+    else:
+        from ..tasks.parsing import carries_placeholders
+
+        gold_tags = args.gold_tags or carries_placeholders(pair.src)
+        config = TaskConfig(name=args.task, tags=not gold_tags)
+    task = get_task(config)
     for score in task.report(pair.src, pair.tgt):
         sys.stdout.write(f"{score}\n")

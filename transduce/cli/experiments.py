@@ -1,4 +1,4 @@
-"""`transduce demo`: the whole pipeline on Multi30k in one command."""
+"""`transduce demo` (the whole pipeline on Multi30k) and `compare` (Transformer against RNN)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ from .common import env_path
 
 
 def add_verbs(verbs) -> None:
+    _add_demo(verbs)
+    _add_compare(verbs)
+
+
+def _add_demo(verbs) -> None:
     p = verbs.add_parser(
         "demo",
         help="prepare Multi30k en-de, train tiny, translate, score",
@@ -28,6 +33,41 @@ def add_verbs(verbs) -> None:
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--device")
     p.set_defaults(run=_demo)
+
+
+def _add_compare(verbs) -> None:
+    p = verbs.add_parser(
+        "compare",
+        help="the Transformer against the LSTM with attention, same data and wall time",
+        description="Train the Transformer preset and the recurrent preset of about its size "
+        "(tiny: tiny vs rnn-tiny; small: small vs rnn-small) for the same minutes with each "
+        "seed, on the same prepared data, then translate the test set with the same search. "
+        "Writes results.md / results.json and curve.png (dev BLEU against minutes) to --out. "
+        "Runs resume; finished runs are not trained again.",
+    )
+    p.add_argument("--data", type=Path, required=True, help="a folder made by `prepare`")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--minutes", type=float, required=True, help="training time of each run")
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--size", choices=["tiny", "small"], default="tiny")
+    p.add_argument("--device")
+    p.set_defaults(run=_compare)
+
+
+def _compare(args) -> None:
+    import sys
+
+    from ..experiments.compare import compare
+
+    compare(
+        args.data,
+        args.out,
+        minutes=args.minutes,
+        seeds=args.seeds,
+        size=args.size,
+        device=args.device,
+    )
+    sys.stdout.write((args.out / "results.md").read_text())
 
 
 def _demo(args) -> None:

@@ -80,11 +80,14 @@ def train_joint(
     model_prefix: Path,
     *,
     character_coverage: float = 1.0,
+    whole_tokens: Sequence[str] = (),
 ) -> Vocab:
     """Train one BPE model on `texts` (source and target lines together); writes `.model`/`.vocab`.
 
     Deterministic for the same texts in the same order. The vocabulary may come out smaller than
     `vocab_size` on a tiny corpus (the limit is soft); `Vocab.size` is the real size.
+    `whole_tokens` (e.g. a parse's `(NP` and `)NP`) are each one piece wherever they stand
+    between spaces, so a linearised tree is as many pieces as it has tokens.
     """
     model_prefix = Path(model_prefix)
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -107,6 +110,8 @@ def train_joint(
         num_threads=1,
         # keep runs of spaces too, so that decode(encode(line)) == line exactly
         remove_extra_whitespaces=False,
+        # "▁" marks a preceding space: with it, a symbol matches only as a whole token
+        user_defined_symbols=[f"\u2581{token}" for token in whole_tokens],
         minloglevel=2,
     )
     return Vocab.load(model_prefix.with_name(model_prefix.name + ".model"))

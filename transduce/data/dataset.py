@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +136,8 @@ def prepare(
     description: dict,
     task: TaskConfig | None = None,
     character_coverage: float = 1.0,
+    whole_tokens: Sequence[str] = (),
+    extra_files: Mapping[str, Path] | None = None,
     force: bool = False,
 ) -> PreparedData:
     """Train the joint BPE on train src+tgt, encode every split, filter train, and save to `out`.
@@ -143,17 +146,20 @@ def prepare(
     `corpus.corpus_files` returns. Reuses `out` when it was prepared from the same file contents
     and options, unless `force`. Writes go to a temporary folder that is renamed at the end.
     `task` (default: translation scored by sacreBLEU's defaults) is recorded for training.
+    `whole_tokens` stay one subword each (bpe.train_joint); `extra_files` are copied into the
+    folder under the given names (e.g. the gold trees a parsing task scores against).
     """
     if "train" not in splits:
         raise DataError(f"prepare needs a train split; got {', '.join(splits) or 'none'}")
     out = Path(out)
+    extras = {name: Path(path) for name, path in (extra_files or {}).items()}
     options = {
         "vocab_size": vocab_size,
         "length_filter": dataclasses.asdict(length_filter),
         "character_coverage": character_coverage,
         "description": description,
         "task": dataclasses.asdict(task or TaskConfig()),
-    }
+    } | _optional_inputs(whole_tokens, extras)
     fingerprint = _fingerprint(splits, options)
     if not force and _stored_fingerprint(out) == fingerprint:
         logger.info("%s is prepared from the same inputs and options; loading it", out)
@@ -165,6 +171,8 @@ def prepare(
     try:
         start = time.perf_counter()
         meta = _build(splits, tmp, options, fingerprint, length_filter)
+        for name, path in extras.items():
+            shutil.copyfile(path, tmp / name)
         _swap(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -176,6 +184,16 @@ def prepare(
         meta["filter_report"],
     )
     return PreparedData.load(out)
+
+
+def _optional_inputs(whole_tokens: Sequence[str], extras: dict[str, Path]) -> dict:
+    """Options that older folders lack: left out when unused, so their fingerprints stand."""
+    options: dict = {}
+    if whole_tokens:
+        options["whole_tokens"] = sorted(whole_tokens)
+    if extras:  # their contents are inputs too
+        options["extra_files"] = {name: _file_hash(path) for name, path in sorted(extras.items())}
+    return options
 
 
 def _build(
@@ -192,6 +210,7 @@ def _build(
         options["vocab_size"],
         folder / "vocab",
         character_coverage=options["character_coverage"],
+        whole_tokens=options.get("whole_tokens", ()),
     )
     report: dict[str, int] = {}
     counts = {}

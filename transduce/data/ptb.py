@@ -16,9 +16,14 @@ function tags.
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 
-from .trees import Tree, clean, read_mrg
+from ..config import TaskConfig
+from .corpus import LengthFilter
+from .dataset import PreparedData, prepare
+from .linearize import linearize
+from .trees import Tree, clean, read_mrg, to_string
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +84,64 @@ def read_treebank(data_dir: str | Path) -> dict[str, list[Tree]]:
         logger.info("reading the NLTK treebank sample from %s", data_dir / "ptb_sample")
         return read_sample(data_dir)
     raise FileNotFoundError(f"{data_dir}: has neither wsj/ nor ptb_sample/")
+
+
+def prepare_treebank(
+    data_dir: str | Path,
+    out: str | Path,
+    *,
+    tags: bool = False,
+    vocab_size: int = 16000,
+    train_fraction: float = 1.0,
+    force: bool = False,
+) -> PreparedData:
+    """The treebank as a prepared dataset for the parsing task (s6.3).
+
+    The source of each pair is the sentence's words, the target its linearised tree
+    (linearize.py); every bracket and tag token stays one subword of the joint vocabulary.
+    The gold trees are kept beside (`{split}.trees.txt`): the task scores against them.
+    `tags=False` (the default) writes `XX` for every POS tag, as Vinyals et al. and the paper:
+    EVALB scores brackets, and with predicted tags a word the model tags as punctuation is
+    deleted from its output alone, which makes the sentence an error sentence that EVALB
+    leaves out; the gold tags are put back before scoring instead.
+    `train_fraction` keeps the first part of the training trees, for learning curves.
+    The paper's WSJ-only model used a vocabulary of 16K tokens.
+    """
+    if not 0.0 < train_fraction <= 1.0:
+        raise ValueError(f"train_fraction must be in (0, 1], got {train_fraction}")
+    trees = read_treebank(data_dir)
+    trees["train"] = trees["train"][: max(1, round(len(trees["train"]) * train_fraction))]
+    symbols = sorted({token for tree in trees["train"] for token in linearize(tree, tags)})
+    with tempfile.TemporaryDirectory() as folder:
+        splits, gold = _write_pairs(trees, Path(folder), tags)
+        return prepare(
+            splits,
+            Path(out),
+            vocab_size=vocab_size,
+            # a linearised tree has about 3-4 tokens a word: keep long sentences in training
+            length_filter=LengthFilter(max_len=1000, max_len_ratio=20.0),
+            description={"corpus": "ptb", "tags": tags, "train_fraction": train_fraction},
+            task=TaskConfig(name="parse", tags=tags),
+            whole_tokens=symbols,
+            extra_files=gold,
+            force=force,
+        )
+
+
+def _write_pairs(
+    trees: dict[str, list[Tree]], folder: Path, tags: bool
+) -> tuple[dict[str, tuple[Path, Path]], dict[str, Path]]:
+    """Words, linearised trees and gold trees of each split, one per line, under `folder`."""
+    splits, gold = {}, {}
+    for split, items in trees.items():
+        paths = [folder / f"{split}.{kind}" for kind in ("words", "linear", "trees")]
+        paths[0].write_text("".join(" ".join(t.leaves()) + "\n" for t in items), encoding="utf-8")
+        paths[1].write_text(
+            "".join(" ".join(linearize(t, tags)) + "\n" for t in items), encoding="utf-8"
+        )
+        paths[2].write_text("".join(to_string(t) + "\n" for t in items), encoding="utf-8")
+        splits[split], gold[f"{split}.trees.txt"] = (paths[0], paths[1]), paths[2]
+    return splits, gold
 
 
 def _nonempty(paths: list[Path], root: Path, split: str) -> list[Path]:

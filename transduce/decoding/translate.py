@@ -109,11 +109,15 @@ class Translator:
         hypotheses = decode_ids(
             self.model, self.vocab, [sources[i] for i in todo], decode, self.device
         )
+        # Every hypothesis of every line through the task's post-processing at once.
+        owners = [(i, h) for i, hyps in zip(todo, hypotheses, strict=True) for h in hyps]
+        texts = self.vocab.decode([h.tokens for _, h in owners])
+        texts = self.task.postprocess(texts, [lines[i].strip() for i, _ in owners])
         results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
-        for i, hyps in zip(todo, hypotheses, strict=True):
-            texts = self.vocab.decode([h.tokens for h in hyps])
-            texts = self.task.postprocess(texts, [lines[i].strip()] * len(texts))
-            results[i] = [(text, h.score) for text, h in zip(texts, hyps, strict=True)]
+        for i in todo:
+            results[i] = []
+        for (i, h), text in zip(owners, texts, strict=True):
+            results[i].append((text, h.score))
         return results
 
     def _check_lengths(self, sources: list[list[int]]) -> None:

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from torch import nn
 
-from ..config import ConfigError, ModelConfig, TransformerConfig
+from ..config import ConfigError, ModelConfig, RnnConfig, TransformerConfig
 from .contract import AttentionMaps, Cache, Encoded, Seq2Seq
 
 
@@ -36,6 +36,10 @@ def build_model(config: ModelConfig, vocab: VocabShape) -> Seq2Seq:
             from .transformer import Transformer
 
             return Transformer(config, pad=vocab.pad)
+        case RnnConfig():
+            from .rnn import RnnEncoderDecoder
+
+            return RnnEncoderDecoder(config, pad=vocab.pad)
     raise ConfigError(f"model.family {config.family!r} has no model")
 
 

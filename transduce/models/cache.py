@@ -2,7 +2,8 @@
 
 Self-attention keys and values grow by one position per step; cross-attention keys and values
 are computed once per sentence and shared by that sentence's beams. Beam search selects rows
-only through `reorder`, so layers never see beams.
+only through `reorder`, so layers never see beams. `kept_sentences` is the bookkeeping every
+family's cache shares: which sentences a reorder keeps.
 """
 
 from __future__ import annotations
@@ -11,6 +12,16 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+
+def kept_sentences(index: Tensor, group: int, old_group: int, n_sentences: int) -> Tensor | None:
+    """The sentence of each new group of `group` rows, from the rows `index` (N',) a reorder keeps
+    out of groups of `old_group`; None when they are the `n_sentences` sentences as they were."""
+    sentences = index.view(-1, group)[:, 0] // old_group
+    same = sentences.numel() == n_sentences and bool(
+        (sentences == torch.arange(n_sentences, device=index.device)).all()
+    )
+    return None if same else sentences
 
 
 @dataclass
@@ -51,17 +62,14 @@ class DecoderCache:
         before; beam search widens from 1 to k after its first step).
         """
         group = self.group if group is None else group
-        sentences = index.view(-1, group)[:, 0] // self.group
-        same_sentences = sentences.numel() == self.src_pad_mask.size(0) and bool(
-            (sentences == torch.arange(sentences.numel(), device=index.device)).all()
-        )
+        sentences = kept_sentences(index, group, self.group, self.src_pad_mask.size(0))
         for layer in self.layers:
             if layer.self_k is not None:
                 layer.self_k = layer.self_k.index_select(0, index)
                 layer.self_v = layer.self_v.index_select(0, index)
-            if not same_sentences:
+            if sentences is not None:
                 layer.cross_k = layer.cross_k.index_select(0, sentences)
                 layer.cross_v = layer.cross_v.index_select(0, sentences)
-        if not same_sentences:
+        if sentences is not None:
             self.src_pad_mask = self.src_pad_mask.index_select(0, sentences)
         self.group = group

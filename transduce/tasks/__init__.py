@@ -6,10 +6,13 @@ supplies its decoding defaults. Validation and the CLI ask the task, never the d
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..config import ConfigError, DecodeConfig, TaskConfig
 from .metrics import Score
+
+if TYPE_CHECKING:
+    from ..data.dataset import PreparedData
 
 
 class Task(Protocol):
@@ -24,6 +27,10 @@ class Task(Protocol):
 
     def postprocess(self, outputs: list[str], sources: list[str]) -> list[str]:
         """Decoded text (pieces joined) of each source line -> the task's output format."""
+        ...
+
+    def references(self, data: PreparedData, split: str) -> list[str]:
+        """What `score` compares a split's outputs with, one per line of its text."""
         ...
 
     def score(self, hypotheses: list[str], references: list[str]) -> Score:
@@ -42,6 +49,10 @@ def get_task(config: TaskConfig) -> Task:
         from .translation import Translation
 
         return Translation(config)
+    if config.name == "parse":
+        from .parsing import Parsing
+
+        return Parsing(config)
     raise ConfigError(f"task.name {config.name!r} has no implementation")
 
 

@@ -8,6 +8,7 @@ their own tokens (multi-bleu.perl's number).
 from __future__ import annotations
 
 from ..config import DecodeConfig, TaskConfig
+from ..data.dataset import PreparedData
 from .metrics import Score, bleu, chrf
 
 
@@ -24,6 +25,9 @@ class Translation:
 
     def postprocess(self, outputs: list[str], sources: list[str]) -> list[str]:
         return outputs  # sentencepiece's decoding already restored the text
+
+    def references(self, data: PreparedData, split: str) -> list[str]:
+        return data.text(split).tgt
 
     def score(self, hypotheses: list[str], references: list[str]) -> Score:
         return bleu(

@@ -3,9 +3,10 @@
 A run lives in one folder: `config.json` (the resolved Config), `vocab.model`, `log.jsonl`,
 `curve.png`, `checkpoints/` (the last K and the best) and, at the end, `average.pt`; each
 checkpoint also carries the config and the vocabulary, so one file is a whole model.
-`resume=True` continues from the newest good checkpoint with the same data order, schedule and
-random state, so a resumed run ends where an uninterrupted one would. Under torchrun, each
-process trains on its share of the batches (distributed.py) and only the first one writes.
+`resume=True` continues from the newest good checkpoint with the same data order, schedule (with
+what it learned from validations) and random state, so a resumed run ends where an uninterrupted
+one would. Under torchrun, each process trains on its share of the batches (distributed.py) and
+only the first one writes.
 """
 
 from __future__ import annotations
@@ -175,6 +176,8 @@ class Trainer:
             )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if "schedule" in state:  # checkpoints from before schedules had a state: stateless
+            self.schedule.load_state_dict(state["schedule"])
         self.progress = Progress.from_state(state["progress"])
         restore_rng(state["rng"], self.processes.rank)
         # Forget what a killed session logged after its checkpoint: it will be redone.
@@ -291,6 +294,8 @@ class Trainer:
     def _validate_and_save(self) -> None:
         rng = self.processes.gather(capture_rng())  # every process takes part
         self._on_main(lambda: self._validate_and_save_on_main(rng))
+        # Only the main process validated: its schedule is everyone's.
+        self.schedule.load_state_dict(self.processes.gather(self.schedule.state_dict())[0])
 
     def _validate_and_save_on_main(self, rng: list[dict]) -> None:
         metric = self.task.metric
@@ -302,6 +307,7 @@ class Trainer:
         if self.config.train.valid_bleu:
             record[metric] = dev_score(self.model, self.data, self.config, self.device, self.task)
         self._log(record)
+        self.schedule.observe(record)  # before the save: the checkpoint holds what it learned
         # Without the task's score, a lower dev loss is better.
         score = record[metric] if metric in record else -record["loss"]
         higher = self.task.higher_is_better if metric in record else True
@@ -331,6 +337,7 @@ class Trainer:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
             "step": self.progress.step,
             "progress": vars(self.progress).copy(),
             "rng": rng,  # one per process

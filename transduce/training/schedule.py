@@ -1,11 +1,15 @@
 """The optimiser and the learning-rate schedules (s5.3), chosen by `train.schedule`.
 
 "noam" is eq. 3, the paper's: a linear warmup, then decay as the inverse square root of the step,
-scaled by d_model^-0.5. "constant" holds `train.lr` (the recurrent baselines' recipes).
+scaled by d_model^-0.5. "constant" holds `train.lr`. "plateau" is the recurrent baselines' recipe:
+`train.lr`, multiplied by `train.plateau_factor` whenever the dev loss has not improved for
+`train.plateau_patience` validations. A schedule observes each validation record, and its state
+travels in the checkpoints, so a resumed run continues with the rate it had.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -30,8 +34,36 @@ class Schedule(Protocol):
         """The learning rate of update `step` (counting from 1)."""
         ...
 
+    def observe(self, record: dict) -> None:
+        """Take note of a validation record ({"loss": dev loss, ...})."""
+        ...
 
-class Noam:
+    def state_dict(self) -> dict:
+        """What a checkpoint must hold for `load_state_dict` to continue where this stands."""
+        ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+def _check_step(step: int) -> None:
+    if step < 1:
+        raise ValueError(f"steps count from 1, got {step}")
+
+
+class _Stateless:
+    """A schedule that is a function of the step alone: validations change nothing."""
+
+    def observe(self, record: dict) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class Noam(_Stateless):
     """eq. 3 for a model of width `d_model`."""
 
     def __init__(self, d_model: int, warmup_steps: int, scale: float = 1.0):
@@ -45,14 +77,41 @@ class Noam:
         return self.rate(self.warmup_steps)
 
 
-class Constant:
+class Constant(_Stateless):
     def __init__(self, lr: float):
         self.lr = lr
 
     def rate(self, step: int) -> float:
-        if step < 1:
-            raise ValueError(f"steps count from 1, got {step}")
+        _check_step(step)
         return self.lr
+
+
+class Plateau:
+    """A constant rate, times `factor` after `patience` validations in a row without a lower dev
+    loss (never below `min_lr`): Adam's schedule in the recurrent baselines' recipes."""
+
+    def __init__(self, lr: float, factor: float, patience: int, min_lr: float = 0.0):
+        self.lr, self.factor, self.patience, self.min_lr = lr, factor, patience, min_lr
+        self.best = math.inf  # the lowest dev loss so far
+        self.bad = 0  # validations since it was reached
+
+    def rate(self, step: int) -> float:
+        _check_step(step)
+        return self.lr
+
+    def observe(self, record: dict) -> None:
+        if record["loss"] < self.best:
+            self.best, self.bad = record["loss"], 0
+            return
+        self.bad += 1
+        if self.bad >= self.patience:
+            self.lr, self.bad = max(self.lr * self.factor, self.min_lr), 0
+
+    def state_dict(self) -> dict:
+        return {"lr": self.lr, "best": self.best, "bad": self.bad}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.lr, self.best, self.bad = state["lr"], state["best"], state["bad"]
 
 
 def make_schedule(config: Config) -> Schedule:
@@ -62,6 +121,8 @@ def make_schedule(config: Config) -> Schedule:
         return Noam(config.model.d_model, train.warmup_steps, train.lr_scale)
     if train.schedule == "constant":
         return Constant(train.lr)
+    if train.schedule == "plateau":
+        return Plateau(train.lr, train.plateau_factor, train.plateau_patience, train.min_lr)
     raise ConfigError(f"train.schedule {train.schedule!r} is not implemented")
 
 

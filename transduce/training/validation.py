@@ -58,5 +58,6 @@ def dev_score(
     hypotheses = decode_ids(model, data.vocab, sources, decode, device)
     outputs = data.vocab.decode([h[0].tokens for h in hypotheses])
     source_text = [text.src[i] for i in split.index]
-    references = [text.tgt[i] for i in split.index]
+    all_references = task.references(data, "dev")
+    references = [all_references[i] for i in split.index]
     return task.score(task.postprocess(outputs, source_text), references).score

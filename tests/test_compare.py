@@ -1,0 +1,54 @@
+"""`transduce compare`: both models trained on the same data for the same time, scored the same
+way, written as a table and a plot; a second call trains nothing again."""
+
+import json
+
+import pytest
+
+from transduce.data.corpus import LengthFilter
+from transduce.data.dataset import prepare
+from transduce.experiments import compare as compare_module
+from transduce.experiments.compare import compare
+
+from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files
+
+SMALL_RNN = {"model.n_layers": 1, "model.d_model": 16, "model.d_embed": 16, "data.max_tokens": 300}
+QUICK = {"train.valid_every": 3, "train.keep_last": 2, "train.average_last": 2}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("compare")
+    splits = reverse_task_files(folder, n_train=200, n_dev=6)
+    return prepare(
+        splits, folder / "data", vocab_size=16, length_filter=LengthFilter(), description={}
+    )
+
+
+def test_both_models_are_trained_scored_and_reported_and_not_trained_twice(
+    data, tmp_path, monkeypatch
+):
+    overrides = {
+        "tiny": as_set_arguments(PLUMBING_MODEL | QUICK),
+        "rnn-tiny": as_set_arguments(SMALL_RNN | QUICK),
+    }
+    results = compare(data.path, tmp_path, minutes=0.02, seeds=2, overrides=overrides)
+    assert [(r.model, r.seed) for r in results] == [
+        ("tiny", 1), ("tiny", 2), ("rnn-tiny", 1), ("rnn-tiny", 2)
+    ]  # fmt: skip
+    for r in results:
+        assert r.updates > 0 and r.parameters > 0 and r.curve and r.metric == "bleu"
+        assert "tok:13a" in r.signature and 0.0 <= r.test_score <= 100.0
+    table = (tmp_path / "results.md").read_text()
+    assert "| tiny |" in table and "| rnn-tiny |" in table and "±" in table
+    assert (tmp_path / "curve.png").stat().st_size > 5000
+    assert len(json.loads((tmp_path / "results.json").read_text())) == 4
+    # The seeds differ: different initialisations, different curves.
+    assert results[0].curve != results[1].curve or results[0].updates != results[1].updates
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(compare_module, "train", no_training)
+    again = compare(data.path, tmp_path, minutes=0.02, seeds=2, overrides=overrides)
+    assert [r.test_score for r in again] == [r.test_score for r in results]

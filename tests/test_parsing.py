@@ -1,0 +1,121 @@
+"""Parsing as a task end to end (s6.3): a treebank prepared for training, a model that parses,
+trees always over the input's words, and EVALB's numbers from `evaluate --task parse`."""
+
+import random
+
+import pytest
+
+from transduce.cli import main
+from transduce.config import TaskConfig, override
+from transduce.data.ptb import prepare_treebank
+from transduce.data.trees import parse_tree
+from transduce.presets import preset
+from transduce.tasks import get_task
+from transduce.training.checkpoint import load
+from transduce.training.runlog import read_log
+
+from .conftest import PLUMBING_MODEL, as_set_arguments, write_lines
+
+WORDS = {"DT": ["the", "a"], "NN": ["cat", "dog", "mat"], "VBD": ["sat", "saw"], "IN": ["on"]}
+
+
+def _sentence(rng: random.Random) -> str:
+    def word(tag):
+        return f"({tag} {rng.choice(WORDS[tag])})"
+
+    subject = f"(NP-SBJ {word('DT')} {word('NN')})"
+    place = f"(PP-LOC {word('IN')} (NP {word('DT')} {word('NN')}))"
+    verb = f"(VP {word('VBD')} {place if rng.random() < 0.5 else ''})"
+    return f"( (S {subject} {verb} (. .)) )"
+
+
+@pytest.fixture(scope="module")
+def treebank(tmp_path_factory):
+    """An NLTK-sample layout: files 0001 (train), 0140 (dev) and 0160 (test)."""
+    root = tmp_path_factory.mktemp("treebank")
+    folder = root / "ptb_sample" / "combined"
+    folder.mkdir(parents=True)
+    rng = random.Random(0)
+    for number, n in ((1, 300), (140, 12), (160, 12)):
+        text = "\n".join(_sentence(rng) for _ in range(n))
+        (folder / f"wsj_{number:04d}.mrg").write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def prepared(treebank, tmp_path_factory):
+    return prepare_treebank(treebank, tmp_path_factory.mktemp("p") / "data", vocab_size=40)
+
+
+def test_a_prepared_treebank_is_words_in_and_one_piece_per_tree_token_out(prepared):
+    assert prepared.task == TaskConfig(name="parse", tags=False)  # XX for every POS tag
+    text, split = prepared.text("dev"), prepared.split("dev")
+    for i in range(len(split)):
+        source, target = split.pair(i)
+        assert len(target) == len(text.tgt[i].split())  # "(NP" and ")NP" are one piece each
+        assert prepared.vocab.decode([source.tolist()])[0] == text.src[i]
+    gold = get_task(prepared.task).references(prepared, "dev")
+    assert [parse_tree(g).leaves() for g in gold] == [s.split() for s in text.src]
+    assert "-SBJ" not in "".join(gold) and "(S" in gold[0]  # cleaned: no function tags
+
+
+def test_half_the_training_trees_for_a_learning_curve(treebank, tmp_path):
+    half = prepare_treebank(treebank, tmp_path / "half", vocab_size=40, train_fraction=0.5)
+    assert len(half.split("train")) == 150 and len(half.split("dev")) == 12
+
+
+def test_train_parse_and_score_with_the_commands(prepared, tmp_path, capsys):
+    settings = PLUMBING_MODEL | {"train.max_steps": 4, "train.valid_every": 2}
+    run = tmp_path / "run"
+    main(["-q", "train", "--data", str(prepared.path), "--preset", "parse-tiny", "--out", str(run),
+          "--set", *as_set_arguments(settings)])  # fmt: skip
+    state = load(run / "average.pt")
+    assert '"beam_size": 21' in state["config"] and '"alpha": 0.3' in state["config"]
+    assert [r["f1"] >= 0 for r in read_log(run / "log.jsonl") if r["kind"] == "valid"] == [1, 1]
+    sentences = write_lines(tmp_path / "in.txt", ["the dog saw a cat .", "a mat sat"])
+    out = tmp_path / "trees.txt"
+    main(["-q", "parse", "--model", str(run), "--input", str(sentences), "--output", str(out),
+          "--beam", "2"])  # fmt: skip
+    trees = [parse_tree(line) for line in out.read_text().splitlines()]
+    assert [t.leaves() for t in trees] == [
+        ["the", "dog", "saw", "a", "cat", "."],
+        ["a", "mat", "sat"],
+    ]
+    gold = write_lines(tmp_path / "gold.txt", get_task(prepared.task).references(prepared, "test"))
+    main(["evaluate", "--task", "parse", "--hyp", str(gold), "--ref", str(gold)])
+    report = capsys.readouterr().out
+    assert "Bracketing FMeasure       = 100.00" in report and "-- len<=40 --" in report
+
+
+def test_translate_models_refuse_to_parse(tmp_path):
+    from transduce.decoding.translate import Translator
+    from transduce.presets import tiny
+
+    assert preset("parse-tiny").model.n_layers == 4 == preset("parse").model.n_layers
+    assert preset("parse").model.d_model == 1024
+    with pytest.raises(SystemExit, match="was not trained to parse"):
+        main(["parse", "--model", "tests/fixtures/legacy_run", "--input", "/dev/null"])
+    assert Translator.load("tests/fixtures/legacy_run").task.metric == "bleu"
+    assert override(tiny(), {"task.name": "parse"}).task.name == "parse"
+
+
+def test_evaluate_puts_the_gold_tags_back_only_when_every_output_tag_is_a_placeholder(
+    tmp_path, capsys
+):
+    # "," tagged as a word: with its own tags EVALB deletes the comma from the gold tree alone,
+    # so the sentence is an error sentence; all-XX output is given the gold tags instead.
+    gold = "(S (NP (DT the) (NN cat)) (, ,) (VP (VBD sat)))"
+    predicted = "(S (NP (DT the) (NN cat)) (NN ,) (VP (VBD sat)))"
+    placeholders = "(S (NP (XX the) (XX cat)) (XX ,) (VP (XX sat)))"
+    ref = write_lines(tmp_path / "gold.txt", [gold])
+
+    def report(hypothesis: str) -> str:
+        hyp = write_lines(tmp_path / "hyp.txt", [hypothesis])
+        main(["evaluate", "--task", "parse", "--hyp", str(hyp), "--ref", str(ref)])
+        return capsys.readouterr().out
+
+    assert "Number of Error sentence  =      1" in report(predicted)
+    assert "tags:predicted" in report(predicted)
+    scored = report(placeholders)
+    assert "Number of Valid sentence  =      1" in scored and "tags:gold" in scored
+    assert "Bracketing FMeasure       = 100.00" in scored

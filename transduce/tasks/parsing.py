@@ -1,0 +1,76 @@
+"""English constituency parsing as sequence transduction (s6.3, after Vinyals et al. 2015).
+
+The model reads the words and writes the linearised tree (data/linearize.py); decoded output is
+repaired into a tree over exactly the input's words, then scored by EVALB's rules with
+COLLINS.prm (evalb.py): labelled bracket F1, the number the paper's Table 4 reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+
+from ..config import DecodeConfig, TaskConfig
+from ..data.dataset import PreparedData
+from ..data.linearize import PLACEHOLDER, restore
+from ..data.trees import Tree, to_string
+from .evalb import COLLINS, evalb
+from .evalb_report import format_summary
+from .metrics import Score
+
+logger = logging.getLogger(__name__)
+
+
+class Parsing:
+    metric = "f1"
+    higher_is_better = True
+
+    def __init__(self, config: TaskConfig):
+        self.config = config
+        self.repaired = 0  # outputs `postprocess` had to repair, in its last call
+
+    def decode_defaults(self) -> DecodeConfig:
+        """s6.3: beam 21, length penalty 0.3, at most input length + 300 tokens."""
+        return DecodeConfig(beam_size=21, alpha=0.3, max_len_a=1.0, max_len_b=300)
+
+    def postprocess(self, outputs: list[str], sources: list[str]) -> list[str]:
+        """Each decoded token sequence as a well-formed one-line tree over its source's words."""
+        trees, self.repaired = restore_all(outputs, sources, self.config.tags)
+        if self.repaired:
+            logger.info("repaired %d of %d parses into trees", self.repaired, len(outputs))
+        return [to_string(tree) for tree in trees]
+
+    def references(self, data: PreparedData, split: str) -> list[str]:
+        path = data.path / f"{split}.trees.txt"
+        return path.read_text(encoding="utf-8").splitlines()
+
+    def score(self, hypotheses: list[str], references: list[str]) -> Score:
+        """EVALB's bracketing F-measure over all sentences, with its summary as the detail."""
+        result = evalb(references, hypotheses, COLLINS, gold_tags=not self.config.tags)
+        signature = "EVALB|COLLINS.prm|" + ("tags:predicted" if self.config.tags else "tags:gold")
+        # EVALB prints -nan when no bracket matched (0/0); as a number to rank by, that is 0.
+        f1 = 0.0 if math.isnan(result.all.fmeasure) else result.all.fmeasure
+        return Score("F1", f1, signature, format_summary(result))
+
+    def report(self, hypotheses: list[str], references: list[str]) -> list[Score]:
+        return [self.score(hypotheses, references)]
+
+
+def carries_placeholders(trees: list[str]) -> bool:
+    """Whether every preterminal of these one-line trees is the placeholder `XX` (tags=False)."""
+    labels = [label for tree in trees for label in _PRETERMINAL.findall(tree)]
+    return bool(labels) and all(label == PLACEHOLDER for label in labels)
+
+
+_PRETERMINAL = re.compile(r"\(([^\s()]+) [^\s()]+\)")  # (TAG word)
+
+
+def restore_all(outputs: list[str], sources: list[str], tags: bool) -> tuple[list[Tree], int]:
+    """Trees from decoded outputs (one per source sentence), and how many needed repair."""
+    trees, repaired = [], 0
+    for output, source in zip(outputs, sources, strict=True):
+        tree, was_repaired = restore(output.split(), source.split(), tags=tags)
+        trees.append(tree)
+        repaired += was_repaired
+    return trees, repaired
