@@ -16,7 +16,7 @@ from transduce.viz.alignment import (
 )
 from transduce.viz.capture import SentenceAttention
 
-from .conftest import save_toy_model, toy_translator, write_lines
+from .conftest import save_toy_model, tiny_rnn, toy_translator, write_lines
 from .fakes import ScriptedSeq2Seq
 
 
@@ -72,10 +72,10 @@ def test_the_default_layer_is_the_penultimate():
         align(attention, layer=3)
 
 
-@pytest.mark.parametrize("family", ["transformer", "scripted"])
+@pytest.mark.parametrize("family", ["transformer", "rnn", "scripted"])
 def test_alignments_have_a_line_per_input_and_only_pairs_in_range(family, tmp_path):
-    model = ScriptedSeq2Seq(vocab_size=60, seed=1) if family == "scripted" else None
-    translator = toy_translator(tmp_path, model=model)
+    models = {"scripted": ScriptedSeq2Seq(vocab_size=60, seed=1), "rnn": tiny_rnn(vocab_size=60)}
+    translator = toy_translator(tmp_path, model=models.get(family))
     lines = ["the children playing outside", "", "dog runs across green grass"]
     results = translate_with_alignments(translator, lines)
     assert len(results) == len(lines)

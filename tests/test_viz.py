@@ -15,24 +15,26 @@ from transduce.viz.capture import capture, sentence_attention
 from transduce.viz.views import attention_views
 from transduce.viz.words import group_pieces, merge_weights
 
-from .conftest import BOS, EOS, PAD, save_toy_model, tiny_model, toy_translator
+from .conftest import BOS, EOS, PAD, save_toy_model, tiny_model, tiny_rnn, toy_translator
 from .fakes import ScriptedSeq2Seq
 
 SENTENCE = "the children playing outside"  # "outside" is several pieces in the toy BPE
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _family(name: str):
-    return tiny_model(vocab_size=12) if name == "transformer" else ScriptedSeq2Seq(vocab_size=12)
+def _family(name: str, vocab_size: int = 12):
+    if name == "transformer":
+        return tiny_model(vocab_size=vocab_size)
+    if name == "rnn":  # the LSTM with attention: cross attention only, its alpha_ij
+        return tiny_rnn(vocab_size=vocab_size)
+    return ScriptedSeq2Seq(vocab_size=vocab_size, seed=1)
 
 
 def _translator(name: str, folder: Path):
-    if name == "transformer":
-        return toy_translator(folder)
-    return toy_translator(folder, model=ScriptedSeq2Seq(vocab_size=60, seed=1))
+    return toy_translator(folder, model=_family(name, vocab_size=60))
 
 
-@pytest.mark.parametrize("family", ["transformer", "scripted"])
+@pytest.mark.parametrize("family", ["transformer", "rnn", "scripted"])
 def test_captured_attention_is_a_distribution_over_real_positions(family):
     model = _family(family)
     src = torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD]])  # (B, S), padded
@@ -55,7 +57,7 @@ def test_captured_attention_is_a_distribution_over_real_positions(family):
                 assert (rows[..., ~keys[b]] == 0).all()
 
 
-@pytest.mark.parametrize("family", ["transformer", "scripted"])
+@pytest.mark.parametrize("family", ["transformer", "rnn", "scripted"])
 @pytest.mark.parametrize("merge_words", [False, True])
 def test_a_sentences_maps_keep_their_rows_distributions(family, merge_words, tmp_path):
     attention = sentence_attention(_translator(family, tmp_path), SENTENCE, None, merge_words)
@@ -71,7 +73,7 @@ def test_a_sentences_maps_keep_their_rows_distributions(family, merge_words, tmp
             )
 
 
-@pytest.mark.parametrize("family", ["transformer", "scripted"])
+@pytest.mark.parametrize("family", ["transformer", "rnn", "scripted"])
 def test_capturing_attention_leaves_the_translation_bit_identical(family, tmp_path):
     translator = _translator(family, tmp_path)
     lines = [SENTENCE, "the dog runs across green grass"]
@@ -221,3 +223,38 @@ def test_the_page_of_a_cross_attention_family_offers_only_that_view(browser, tmp
     assert kinds == ["cross"]
     assert page.inner_text("#source") == SENTENCE
     assert len(_links(page)) > 0 and errors == []
+
+
+def test_side_by_side_draws_each_models_cross_attention_over_one_target(tmp_path, monkeypatch):
+    import transduce.viz.views as views
+
+    transformer = _translator("transformer", tmp_path)
+    lstm = _translator("rnn", tmp_path)
+    drawn = {}
+    real_figure = views.side_by_side_figure
+
+    def keep(panels, path, title):
+        drawn["panels"] = panels
+        return real_figure(panels, path, title)
+
+    monkeypatch.setattr(views, "side_by_side_figure", keep)
+    path = views.side_by_side([("T", transformer), ("L", lstm)], SENTENCE, tmp_path / "s.png")
+    target = sentence_attention(transformer, SENTENCE).translation
+    for (weights, queries, keys, name), translator, layer in zip(
+        drawn["panels"], (transformer, lstm), (0, 0), strict=True
+    ):  # both have 2 layers: the penultimate is layer 0
+        own = sentence_attention(translator, SENTENCE, target, merge_words=True)
+        assert (queries, keys) == own.labels["cross"] and name.endswith("heads averaged")
+        assert torch.equal(weights, own.layers["cross"][layer].mean(dim=0))
+    assert not torch.equal(drawn["panels"][0][0], drawn["panels"][1][0])
+    image = matplotlib.image.imread(path)
+    assert image.shape[1] > image.shape[0] and image[..., :3].std() > 0.05  # two panels, drawn
+
+
+def test_the_attention_verb_draws_another_model_beside(tmp_path, capsys):
+    model = save_toy_model(tmp_path / "a")
+    other = save_toy_model(tmp_path / "b")
+    main(["attention", "--model", str(model), "--sentence", SENTENCE, "--out", str(tmp_path / "o"),
+          "--beside", str(other)])  # fmt: skip
+    printed = capsys.readouterr().out.split()
+    assert printed[-1] == str(tmp_path / "o/cross_side_by_side.png") and Path(printed[-1]).exists()

@@ -37,18 +37,32 @@ def _add_attention(verbs) -> None:
         action="store_true",
         help="sub-words merged into words: weights summed over keys, averaged over queries",
     )
+    p.add_argument(
+        "--beside",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="RUN",
+        help="another model (e.g. the LSTM on the same data; repeatable): its encoder-decoder "
+        "attention on the same target is drawn beside this one's in cross_side_by_side.png",
+    )
     p.add_argument("--device")
     p.set_defaults(run=_attention)
 
 
 def _attention(args) -> None:
     from ..decoding.translate import Translator
-    from ..viz.views import attention_views
+    from ..viz.views import attention_views, side_by_side
 
     translator = Translator.load(args.model, device=args.device)
     written = attention_views(
         translator, args.sentence, args.out, args.target, args.layer, args.merge_words
     )
+    if args.beside:
+        models = [(args.model.name, translator)]
+        models += [(run.name, Translator.load(run, device=args.device)) for run in args.beside]
+        path = args.out / "cross_side_by_side.png"
+        written.append(side_by_side(models, args.sentence, path, args.target))
     for path in written:
         sys.stdout.write(f"{path}\n")
 

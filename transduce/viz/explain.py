@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..config import ModelConfig
+from ..config import TransformerConfig
 from ..models import Seq2Seq, build_model
 from ..models.attention import padding_mask
 from ..models.saved import load_model
@@ -128,7 +128,7 @@ def explain(
         if d_model % heads:
             raise ValueError(f"d_model={d_model} must be a multiple of heads={heads}")
         vocab = _ToyVocab(words)
-        config = ModelConfig(
+        config = TransformerConfig(
             n_layers=1,
             d_model=d_model,
             d_ff=4 * d_model,

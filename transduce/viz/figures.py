@@ -111,3 +111,22 @@ def grid_figure(
     figure.suptitle(title)
     figure.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title above the top row
     return _save(figure, path)
+
+
+def side_by_side_figure(
+    panels: list[tuple[Tensor, list[str], list[str], str]], path: Path, title: str
+) -> Path:
+    """Heatmaps beside each other, one per (weights (Tq, Tk), queries, keys, title), each with
+    its own colour scale: e.g. the Transformer's cross attention and the LSTM's alpha_ij."""
+    rows = max(len(queries) for _, queries, _, _ in panels)
+    width = sum(max(3.5, 0.35 * len(keys) + 1.8) for _, _, keys, _ in panels)
+    figure, axes = plt.subplots(
+        1, len(panels), figsize=(width, max(3.5, 0.3 * rows + 2.2)), squeeze=False
+    )
+    for ax, (weights, queries, keys, name) in zip(axes[0], panels, strict=True):
+        draw_heatmap(ax, weights, queries, keys, name)
+        ax.set_xlabel("source")
+    axes[0, 0].set_ylabel("target (the word predicted)")
+    figure.suptitle(title)
+    figure.tight_layout(rect=(0, 0, 1, 0.95))
+    return _save(figure, path)

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..decoding.translate import Translator
 from .alignment import default_layer
 from .capture import SentenceAttention, sentence_attention
-from .figures import grid_figure, heatmap_figure, lines_figure
+from .figures import grid_figure, heatmap_figure, lines_figure, side_by_side_figure
 from .page import AXES, write_page
 
 TITLES = {
@@ -59,6 +59,33 @@ def attention_views(
     """Translate `sentence` (or take `target`), capture the attention, draw it into `out`."""
     attention = sentence_attention(translator, sentence, target, merge_words)
     return draw_attention(attention, out, layer)
+
+
+def side_by_side(
+    models: list[tuple[str, Translator]],
+    sentence: str,
+    path: Path,
+    target: str | None = None,
+    merge_words: bool = True,
+) -> Path:
+    """Encoder-decoder attention of several models on one sentence, beside each other (say the
+    Transformer's and the LSTM's alpha_ij). Every model reads the same target (`target`, else the
+    first model's translation), so the rows match; each panel is that model's penultimate layer
+    (its only one for a one-layer family), heads averaged. Words, not sub-words, by default: two
+    models need not share a vocabulary."""
+    first_name, first = models[0]
+    attention = sentence_attention(first, sentence, target, merge_words)
+    target = attention.translation if target is None else target
+    panels = []
+    for name, translator in models:
+        if translator is not first:
+            attention = sentence_attention(translator, sentence, target, merge_words)
+        layer = default_layer(attention.n_layers)
+        queries, keys = attention.labels["cross"]
+        weights = attention.layers["cross"][layer].mean(dim=0)
+        panels.append((weights, queries, keys, f"{name}: layer {layer}, heads averaged"))
+    title = f"encoder-decoder attention on the translation of {first_name}"
+    return side_by_side_figure(panels, Path(path), title)
 
 
 def _checked_layer(attention: SentenceAttention, layer: int | None) -> int:
