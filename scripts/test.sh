@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 . scripts/data-dir.sh
 # Lint first: a style slip fails in a second, not after the suite (rules: pyproject.toml).
-.venv/bin/ruff check --quiet transduce tests benchmarks
+.venv/bin/ruff check --quiet transduce tests benchmarks docs
 exec .venv/bin/python -m pytest "$@"

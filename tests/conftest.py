@@ -107,3 +107,48 @@ def reverse_task_files(folder: Path, n_train: int = 3000, n_dev: int = 40, seed:
             write_lines(folder / f"{name}.tgt", tgt),
         )
     return splits
+
+
+# Words long enough that a small BPE splits some of them into several pieces.
+TOY_WORDS = ["the", "dog", "runs", "across", "green", "grass", "children", "playing", "outside"]
+
+
+def toy_vocab(folder: Path, vocab_size: int = 60):
+    """A sentencepiece BPE trained on sentences of TOY_WORDS; some words stay in pieces."""
+    import random
+
+    from transduce.data.bpe import train_joint
+
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(TOY_WORDS) for _ in range(rng.randint(2, 7))) for _ in range(300)]
+    return train_joint(lines, vocab_size, folder / "toy")
+
+
+def toy_translator(folder: Path, model=None, dtype=torch.float64):
+    """A Translator over `toy_vocab` with a seeded random tiny Transformer, or `model`."""
+    from transduce.config import DecodeConfig
+    from transduce.decoding.translate import Translator
+
+    vocab = toy_vocab(folder)
+    if model is None:
+        model = tiny_model(vocab_size=vocab.size, dtype=dtype)
+    decode = DecodeConfig(beam_size=2, max_len_b=5)
+    return Translator(model, vocab, decode, torch.device("cpu"))
+
+
+def save_toy_model(folder: Path) -> Path:
+    """`toy_translator`'s model as one checkpoint file (float32), as training writes it."""
+    from transduce.config import Config
+    from transduce.training.checkpoint import save
+
+    translator = toy_translator(folder, dtype=torch.float32)
+    config = Config(model=tiny_model_config(vocab_size=translator.vocab.size))
+    path = folder / "toy.pt"
+    state = {
+        "config": config.to_json(),
+        "model": translator.model.state_dict(),
+        "vocab": translator.vocab.serialized,
+        "step": 0,
+    }
+    save(state, path)
+    return path

@@ -9,6 +9,7 @@ The public API, one import away; the names live in the subpackages of their pape
     translator = transduce.load("runs/ende")            # a run folder or one checkpoint file
     outputs = [best[0][0] for best in translator.translate(["a dog runs ."])]
     print(transduce.score(outputs, ["ein hund rennt ."]))
+    print(transduce.explain("the cat sat"))             # one encoder layer, every number
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .presets import base, big, preset, rnn, rnn_small, rnn_tiny, small, table3,
 from .tasks import get_task
 from .tasks.metrics import Score, bleu, chrf
 from .training.loop import Trainer, TrainingError, train
+from .viz import explain, translate_with_alignments
 
 __version__ = "0.2.0"
 
@@ -73,6 +75,7 @@ __all__ = [
     "chrf",
     "corpus_files",
     "count_parameters",
+    "explain",
     "greedy_search",
     "load",
     "load_model",
@@ -88,4 +91,5 @@ __all__ = [
     "tiny",
     "train",
     "translate",
+    "translate_with_alignments",
 ]

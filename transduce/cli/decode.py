@@ -28,6 +28,18 @@ def _add_translate(verbs) -> None:
         action="store_true",
         help="CPU only: int8 linear layers (about 1.27x faster, BLEU within 0.3)",
     )
+    p.add_argument(
+        "--alignments",
+        action="store_true",
+        help="word alignments from cross attention: 'translation ||| 0-0 1-2 ...' per line "
+        "(source-target, 0-based), or only the links into --alignments-out",
+    )
+    p.add_argument(
+        "--alignment-layer", type=int, help="decoder layer to align with (default: penultimate)"
+    )
+    p.add_argument(
+        "--alignments-out", type=Path, help="write the Pharaoh links here, one line per input line"
+    )
     p.set_defaults(run=_translate)
 
 
@@ -59,6 +71,9 @@ def _translate(args) -> None:
         "batch_size": args.batch_size,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
+    if args.alignments or args.alignments_out:
+        _write_output(args.output, _aligned(translator, lines, decode, args))
+        return
     results = translator.translate(lines, decode)
     if decode.n_best == 1:
         text = "".join(hyps[0][0] + "\n" for hyps in results)
@@ -80,6 +95,20 @@ def _write_output(path: Path | None, text: str) -> None:
         path.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+
+
+def _aligned(translator, lines: list[str], decode, args) -> str:
+    """Translations with their links; with --alignments-out the links go there instead."""
+    from ..viz.alignment import pharaoh, translate_with_alignments
+
+    if decode.n_best != 1:
+        raise ValueError("--alignments gives the best translation only; leave out --n-best")
+    results = translate_with_alignments(translator, lines, args.alignment_layer, decode)
+    if args.alignments_out:
+        links = "".join(pharaoh(pairs) + "\n" for _, pairs in results)
+        args.alignments_out.write_text(links, encoding="utf-8")
+        return "".join(text + "\n" for text, _ in results)
+    return "".join(f"{text} ||| {pharaoh(pairs)}\n" for text, pairs in results)
 
 
 def _add_parse(verbs) -> None:
@@ -116,6 +145,12 @@ def _add_evaluate(verbs) -> None:
     p.add_argument("--hyp", type=Path, required=True)
     p.add_argument("--ref", type=Path, required=True)
     p.add_argument(
+        "--alignments",
+        action="store_true",
+        help="score word alignments: AER (Och & Ney 2003) of Pharaoh links against a gold file "
+        "with sure i-j and possible i?j links",
+    )
+    p.add_argument(
         "--task",
         default="translation",
         choices=["translation", "parse"],
@@ -135,6 +170,11 @@ def _add_evaluate(verbs) -> None:
 
 
 def _evaluate(args) -> None:
+    if args.alignments:
+        from ..viz.alignment import aer_of_files
+
+        sys.stdout.write(f"AER = {100 * aer_of_files(args.hyp, args.ref):.2f}\n")
+        return
     from ..config import TaskConfig
     from ..data.corpus import read_parallel
     from ..tasks import get_task

@@ -9,11 +9,11 @@ import os
 import sys
 
 from .. import __version__
-from . import data, decode, experiments, export, train
+from . import data, decode, experiments, export, train, viz
 
 logger = logging.getLogger("transduce")
 
-VERB_GROUPS = (export, data, train, decode, experiments)
+VERB_GROUPS = (export, data, train, decode, experiments, viz)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,52 @@
+"""The guided tour (docs/tour.md and its Japanese translation) cannot go stale: its python blocks
+run in order, its explain output is what `explain` prints now, and its figures exist."""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+TOURS = [DOCS / "tour.md", DOCS / "tour.ja.md"]
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+
+
+@pytest.mark.parametrize("tour", TOURS, ids=lambda p: p.name)
+def test_the_tours_python_blocks_run_in_order(tour, tmp_path, monkeypatch, capsys):
+    blocks = python_blocks(tour.read_text(encoding="utf-8"))
+    assert len(blocks) >= 8
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "tour"}
+    for number, block in enumerate(blocks, start=1):
+        code = compile(block, f"{tour.name}, python block {number}", "exec")
+        exec(code, namespace)
+    assert "AER = 0.40" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tour", TOURS, ids=lambda p: p.name)
+def test_the_tours_explain_output_is_what_explain_prints_now(tour, monkeypatch):
+    monkeypatch.syspath_prepend(str(DOCS))
+    sys.modules.pop("make_tour_assets", None)
+    from make_tour_assets import EXPLAIN_MARKERS, explain_block
+
+    text = tour.read_text(encoding="utf-8")
+    begin, end = EXPLAIN_MARKERS
+    shown = text.split(begin, 1)[1].split(end, 1)[0].strip()
+    assert shown == explain_block(), "run: python docs/make_tour_assets.py"
+
+
+@pytest.mark.parametrize("tour", TOURS, ids=lambda p: p.name)
+def test_the_tours_figures_and_links_exist(tour):
+    text = tour.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#]+)\)", text)
+    assert any(t.endswith(".png") for t in targets)
+    assert [t for t in targets if not (DOCS / t).exists()] == []
+
+
+def test_both_tours_run_the_same_code():
+    english, japanese = (python_blocks(t.read_text(encoding="utf-8")) for t in TOURS)
+    assert len(english) == len(japanese)

@@ -1,0 +1,260 @@
+"""Attention views: the captured weights are distributions that leave the translation alone, the
+PNG figures are drawn, and the HTML page works in a real browser; for the Transformer and for a
+family with only cross attention (the scripted fake), through the same code."""
+
+import json
+import shutil
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+import torch
+
+from transduce.cli import main
+from transduce.viz.capture import capture, sentence_attention
+from transduce.viz.views import attention_views
+from transduce.viz.words import group_pieces, merge_weights
+
+from .conftest import BOS, EOS, PAD, save_toy_model, tiny_model, tiny_rnn, toy_translator
+from .fakes import ScriptedSeq2Seq
+
+SENTENCE = "the children playing outside"  # "outside" is several pieces in the toy BPE
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _family(name: str, vocab_size: int = 12):
+    if name == "transformer":
+        return tiny_model(vocab_size=vocab_size)
+    if name == "rnn":  # the LSTM with attention: cross attention only, its alpha_ij
+        return tiny_rnn(vocab_size=vocab_size)
+    return ScriptedSeq2Seq(vocab_size=vocab_size, seed=1)
+
+
+def _translator(name: str, folder: Path):
+    return toy_translator(folder, model=_family(name, vocab_size=60))
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn", "scripted"])
+def test_captured_attention_is_a_distribution_over_real_positions(family):
+    model = _family(family)
+    src = torch.tensor([[5, 6, 7, 8, EOS], [9, 4, EOS, PAD, PAD]])  # (B, S), padded
+    tgt_in = torch.tensor([[BOS, 4, 5, 6], [BOS, 7, PAD, PAD]])  # (B, T)
+    maps = capture(model, src, tgt_in)
+    src_real, tgt_real = src != PAD, tgt_in != PAD
+    sides = {
+        "encoder_self": (src_real, src_real),
+        "decoder_self": (tgt_real, tgt_real),
+        "decoder_cross": (tgt_real, src_real),
+    }
+    kinds = [kind for kind in sides if getattr(maps, kind)]
+    assert kinds == (list(sides) if family == "transformer" else ["decoder_cross"])
+    for kind in kinds:
+        queries, keys = sides[kind]
+        for weights in getattr(maps, kind):  # (B, h, Tq, Tk), one per layer
+            for b in range(src.size(0)):
+                rows = weights[b][:, queries[b]]  # every head, the real queries
+                assert torch.allclose(rows.sum(-1), torch.ones_like(rows.sum(-1)), atol=1e-9)
+                assert (rows[..., ~keys[b]] == 0).all()
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn", "scripted"])
+@pytest.mark.parametrize("merge_words", [False, True])
+def test_a_sentences_maps_keep_their_rows_distributions(family, merge_words, tmp_path):
+    attention = sentence_attention(_translator(family, tmp_path), SENTENCE, None, merge_words)
+    source_words = attention.labels["cross"][1]
+    if merge_words:
+        assert source_words == [*SENTENCE.split(), "</s>"]
+    for kind, layers in attention.layers.items():
+        queries, keys = attention.labels[kind]
+        for weights in layers:
+            assert weights.shape[1:] == (len(queries), len(keys))
+            assert torch.allclose(
+                weights.sum(-1), torch.ones(weights.shape[:2], dtype=weights.dtype), atol=1e-9
+            )
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn", "scripted"])
+def test_capturing_attention_leaves_the_translation_bit_identical(family, tmp_path):
+    translator = _translator(family, tmp_path)
+    lines = [SENTENCE, "the dog runs across green grass"]
+    before = translator.translate(lines)
+    attention = [sentence_attention(translator, line) for line in lines]
+    after = translator.translate(lines)
+    assert after == before
+    assert [a.translation for a in attention] == [hyps[0][0] for hyps in before]
+
+
+def test_merging_sums_over_a_words_keys_and_averages_over_its_queries():
+    words = group_pieces(["▁a", "▁do", "g", "</s>"])
+    assert words.labels == ["a", "dog", "</s>"] and words.groups == [[0], [1, 2], [3]]
+    weights = torch.tensor(
+        [[0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.1, 0.3], [0.3, 0.3, 0.3, 0.1], [0.0, 0.5, 0.5, 0.0]]
+    )
+    expected = torch.tensor(
+        [
+            [0.1, 0.2 + 0.3, 0.4],  # "a": one query, the pieces of "dog" summed
+            [(0.5 + 0.3) / 2, (0.2 + 0.6) / 2, (0.3 + 0.1) / 2],  # "dog": its two rows averaged
+            [0.0, 1.0, 0.0],
+        ]
+    )
+    torch.testing.assert_close(merge_weights(weights, words, words), expected)
+
+
+def _image(path: Path):
+    pixels = matplotlib.image.imread(path)  # (height, width, channels) floats in [0, 1]
+    assert pixels.std() > 0.05, f"{path.name} looks blank"
+    rgb = pixels[..., :3]
+    assert (rgb < 0.9).any(-1).mean() > 0.01, f"{path.name} is nearly all white"
+    # the weights are drawn in colour (head colours, viridis); frames and labels are grey
+    colourful = (rgb.max(-1) - rgb.min(-1) > 0.25).mean()
+    assert colourful > 0.005, f"{path.name} has no weights drawn"
+    return pixels.shape[:2]
+
+
+def test_the_figures_are_drawn_for_every_kind_of_attention(tmp_path):
+    translator = toy_translator(tmp_path)
+    written = attention_views(translator, SENTENCE, tmp_path / "out", layer=1, merge_words=True)
+    names = sorted(p.name for p in written)
+    kinds = ["cross", "decoder", "encoder"]
+    expected = [f"{k}_{f}.png" for k in kinds for f in ("grid", "heatmap")] + ["encoder_lines.png"]
+    assert names == sorted([*expected, "attention.html"])
+    words, heads = len(SENTENCE.split()) + 1, 2
+    # lines_figure: 0.45 inch a word (6 at least) by 2.6 inches a panel (all heads, then each)
+    assert _image(tmp_path / "out/encoder_lines.png") == (260 * (heads + 1), 100 * max(6, words))
+    for name in names:
+        if name.endswith(".png"):
+            height, width = _image(tmp_path / "out" / name)
+            assert height >= 350 and width >= 400
+
+
+def test_a_family_with_only_cross_attention_gets_only_that_view(tmp_path):
+    translator = _translator("scripted", tmp_path)
+    written = attention_views(translator, SENTENCE, tmp_path / "out")
+    assert sorted(p.name for p in written) == [
+        "attention.html",
+        "cross_grid.png",
+        "cross_heatmap.png",
+    ]
+    data = _page_data(tmp_path / "out/attention.html")
+    assert list(data["views"]) == ["cross"]
+
+
+def _page_data(path: Path) -> dict:
+    text = path.read_text(encoding="utf-8")
+    opening = '<script id="data" type="application/json">'
+    start = text.index(opening) + len(opening)
+    return json.loads(text[start : text.index("</script>", start)])
+
+
+def test_the_page_is_self_contained(tmp_path):
+    attention_views(toy_translator(tmp_path), SENTENCE, tmp_path / "out")
+    text = (tmp_path / "out/attention.html").read_text(encoding="utf-8")
+    for outside in ("<link", "src=", "href=", "@import", "url(", "fetch(", "XMLHttpRequest"):
+        assert outside not in text
+    urls = {word for word in text.replace('"', " ").split() if "://" in word}
+    assert urls == {"http://www.w3.org/2000/svg"}  # a namespace name, never fetched
+    data = _page_data(tmp_path / "out/attention.html")
+    assert data["source"] == SENTENCE and set(data["views"]) == {"encoder", "decoder", "cross"}
+
+
+def test_the_attention_verb_draws_a_saved_model(tmp_path, capsys):
+    model = save_toy_model(tmp_path)
+    main(["attention", "--model", str(model), "--sentence", SENTENCE, "--out", str(tmp_path / "o"),
+          "--merge-words", "--layer", "0"])  # fmt: skip
+    printed = capsys.readouterr().out.split()
+    assert len(printed) == 8 and all(Path(p).exists() for p in printed)
+    with pytest.raises(SystemExit, match="layers 0 to 1"):
+        main(["attention", "--model", str(model), "--sentence", SENTENCE, "--out",
+              str(tmp_path / "o"), "--layer", "2"])  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip("no chromium binary (Debian: apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package")
+    with playwright.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+def _open(browser, path: Path):
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(path.as_uri())
+    return page, errors
+
+
+def _links(page) -> list[tuple[str, str]]:
+    return page.eval_on_selector_all(
+        "#links line", "lines => lines.map(l => [l.dataset.head, l.getAttribute('y1')])"
+    )
+
+
+def test_the_page_shows_the_sentence_and_redraws_for_a_head_and_a_word(browser, tmp_path):
+    attention_views(toy_translator(tmp_path), SENTENCE, tmp_path / "out", merge_words=True)
+    page, errors = _open(browser, tmp_path / "out/attention.html")
+    assert page.inner_text("#source") == SENTENCE
+    assert [w for w in SENTENCE.split() if w not in page.text_content("#lines")] == []
+    every_head = _links(page)
+    assert {head for head, _ in every_head} == {"0", "1"}
+    heatmap = page.inner_html("#heatmap")
+    page.click("#heads button[data-head='1']")
+    assert {head for head, _ in _links(page)} == {"1"}
+    assert page.inner_text("#lines-title").endswith("head 1")
+    assert page.inner_html("#heatmap") != heatmap
+    page.hover("#lines text.word >> nth=2")  # one query word: only its lines
+    assert len({y for _, y in _links(page)}) == 1
+    page.mouse.move(0, 0)  # away from the word: every query again
+    shown = page.inner_html("#links")
+    page.select_option("#layer", "1")
+    assert "layer 1," in page.inner_text("#lines-title") and page.inner_html("#links") != shown
+    page.click("#kinds button[data-kind='cross']")
+    assert page.inner_text("#lines-title").startswith("encoder-decoder attention")
+    assert errors == []
+
+
+def test_the_page_of_a_cross_attention_family_offers_only_that_view(browser, tmp_path):
+    attention_views(_translator("scripted", tmp_path), SENTENCE, tmp_path / "out")
+    page, errors = _open(browser, tmp_path / "out/attention.html")
+    kinds = page.eval_on_selector_all("#kinds button", "bs => bs.map(b => b.dataset.kind)")
+    assert kinds == ["cross"]
+    assert page.inner_text("#source") == SENTENCE
+    assert len(_links(page)) > 0 and errors == []
+
+
+def test_side_by_side_draws_each_models_cross_attention_over_one_target(tmp_path, monkeypatch):
+    import transduce.viz.views as views
+
+    transformer = _translator("transformer", tmp_path)
+    lstm = _translator("rnn", tmp_path)
+    drawn = {}
+    real_figure = views.side_by_side_figure
+
+    def keep(panels, path, title):
+        drawn["panels"] = panels
+        return real_figure(panels, path, title)
+
+    monkeypatch.setattr(views, "side_by_side_figure", keep)
+    path = views.side_by_side([("T", transformer), ("L", lstm)], SENTENCE, tmp_path / "s.png")
+    target = sentence_attention(transformer, SENTENCE).translation
+    for (weights, queries, keys, name), translator, layer in zip(
+        drawn["panels"], (transformer, lstm), (0, 0), strict=True
+    ):  # both have 2 layers: the penultimate is layer 0
+        own = sentence_attention(translator, SENTENCE, target, merge_words=True)
+        assert (queries, keys) == own.labels["cross"] and name.endswith("heads averaged")
+        assert torch.equal(weights, own.layers["cross"][layer].mean(dim=0))
+    assert not torch.equal(drawn["panels"][0][0], drawn["panels"][1][0])
+    image = matplotlib.image.imread(path)
+    assert image.shape[1] > image.shape[0] and image[..., :3].std() > 0.05  # two panels, drawn
+
+
+def test_the_attention_verb_draws_another_model_beside(tmp_path, capsys):
+    model = save_toy_model(tmp_path / "a")
+    other = save_toy_model(tmp_path / "b")
+    main(["attention", "--model", str(model), "--sentence", SENTENCE, "--out", str(tmp_path / "o"),
+          "--beside", str(other)])  # fmt: skip
+    printed = capsys.readouterr().out.split()
+    assert printed[-1] == str(tmp_path / "o/cross_side_by_side.png") and Path(printed[-1]).exists()
