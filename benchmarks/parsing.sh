@@ -16,9 +16,10 @@ t0=$(date +%s)
 transduce prepare ptb --data-dir "$data_dir" --out "$out/data" --vocab-size "$vocab" \
   --train-fraction "$fraction" ${TAGS:---no-tags}
 t1=$(date +%s)
+resume=$([ -d "$out/run/checkpoints" ] && echo --resume || true)  # a killed run goes on
 [ -f "$out/run/average.pt" ] ||  # a finished run is not trained again
   transduce train --data "$out/data" --preset "$preset" --out "$out/run" --max-minutes "$minutes" \
-    --max-steps 1000000 ${TRAIN_ARGS:-}
+    --max-steps 1000000 $resume ${TRAIN_ARGS:-}
 t2=$(date +%s)
 transduce parse --model "$out/run" --input "$out/data/test.src.txt" --output "$out/test.parsed" \
   2> "$out/parse.log"
