@@ -14,7 +14,7 @@ from .metrics import percentile
 
 @dataclass
 class LoadResult:
-    statuses: Counter[int]  # status -> answers; "lost" (no answer: an error or a timeout)
+    statuses: Counter  # status -> answers; "lost: ReadTimeout" etc. for requests not answered
     answers: list[dict | None]  # per request, its JSON when it was answered 200
     latencies: list[float]  # seconds, per answered request
     seconds: float  # from the first request sent to the last answer
@@ -50,8 +50,8 @@ async def _load(address: str, bodies: list[dict], clients: int, timeout: float) 
             sent = time.perf_counter()
             try:
                 answer = await session.post(address, json=bodies[i])
-            except httpx.HTTPError:
-                statuses["lost"] += 1
+            except httpx.HTTPError as error:  # no answer: counted by kind
+                statuses[f"lost: {type(error).__name__}"] += 1
                 continue
             latencies.append(time.perf_counter() - sent)
             statuses[answer.status_code] += 1
