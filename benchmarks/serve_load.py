@@ -16,6 +16,7 @@ translations that differ from offline) and writes the numbers as JSON to --json.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -37,7 +38,8 @@ def main() -> None:
     args = _arguments()
     lines = [line.strip() for line in args.input.read_text(encoding="utf-8").splitlines()]
     lines = [line for line in lines if line]
-    asked = [lines[i % len(lines)] for i in range(args.requests)]
+    per = args.sentences_per_request
+    asked = [lines[i % len(lines)] for i in range(args.requests * per)]
     torch.set_num_threads(args.threads)
     # Offline before and after the served run, the machine's other load being what it is.
     offline_texts, before = _offline(args.model, asked)
@@ -51,13 +53,14 @@ def main() -> None:
         "threads": args.threads,
         "clients": args.clients,
         "requests": args.requests,
+        "sentences_per_request": per,
         "offline_seconds": [round(before, 3), round(after, 3)],
         "offline_sentences_per_s": round(len(asked) / offline_seconds, 2),
         **served,
     }
     texts = report.pop("texts")
     report["differ_from_offline"] = sum(a != b for a, b in zip(texts, offline_texts, strict=True))
-    ratio = report["served_requests_per_s"] / report["offline_sentences_per_s"]
+    ratio = report["served_sentences_per_s"] / report["offline_sentences_per_s"]
     report["throughput_ratio"] = round(ratio, 3)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -70,9 +73,10 @@ def _arguments() -> argparse.Namespace:
     p.add_argument("--input", type=Path, required=True, help="one sentence a line")
     p.add_argument("--clients", type=int, default=200)
     p.add_argument("--requests", type=int, default=1000)
+    p.add_argument("--sentences-per-request", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="torch threads, offline and served")
     p.add_argument("--log", type=Path, default=Path("/tmp/serve_load.log"), help="server's log")
-    p.add_argument("--json", type=Path, default=Path("benchmarks/runs/serve-load.json"))
+    p.add_argument("--json", type=Path, required=True, help="the numbers, as JSON")
     return p.parse_args()
 
 
@@ -96,18 +100,23 @@ def _served(args: argparse.Namespace, lines: list[str]) -> dict:
     try:
         _wait_for(url)
         httpx.post(url + "/v1/translate", json={"texts": lines[:8]}, timeout=120)  # warm up
-        result = run_load(url, "/v1/translate", [{"text": line} for line in lines], args.clients)
+        per = args.sentences_per_request
+        bodies = [{"texts": lines[i : i + per]} for i in range(0, len(lines), per)]
+        result = run_load(url, "/v1/translate", bodies, args.clients)
         metrics = httpx.get(url + "/metrics").text
+        ceiling = _http_ceiling(url, len(bodies), args.clients)
     finally:
         server.terminate()
         server.wait(timeout=60)
         log.close()
-    texts = [a["translations"][0]["text"] if a else None for a in result.answers]
+    texts = [t["text"] for a in result.answers for t in (a["translations"] if a else [None] * per)]
     return {
         "served_seconds": round(result.seconds, 3),
         "served_requests_per_s": round(result.throughput, 2),
+        "served_sentences_per_s": round(result.throughput * per, 2),
+        "http_ceiling_requests_per_s": round(ceiling, 1),
         "answered": result.statuses[200],
-        "lost_or_refused": len(lines) - result.statuses[200],
+        "lost_or_refused": len(bodies) - result.statuses[200],
         "statuses": {str(status): n for status, n in result.statuses.items()},
         "p50_s": round(result.latency(0.5), 3),
         "p95_s": round(result.latency(0.95), 3),
@@ -115,6 +124,25 @@ def _served(args: argparse.Namespace, lines: list[str]) -> dict:
         "mean_batch_sentences": round(_batch_mean(metrics), 1),
         "texts": texts,
     }
+
+
+def _http_ceiling(url: str, requests: int, clients: int) -> float:
+    """GET /health answered per second under the same clients: what HTTP alone allows."""
+
+    async def load() -> float:
+        todo = iter(range(requests))
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        async with httpx.AsyncClient(limits=limits, timeout=120) as session:
+
+            async def client() -> None:
+                for _ in todo:
+                    await session.get(url + "/health")
+
+            started = time.perf_counter()
+            await asyncio.gather(*(client() for _ in range(clients)))
+            return requests / (time.perf_counter() - started)
+
+    return asyncio.run(load())
 
 
 def _batch_mean(metrics: str) -> float:
@@ -157,14 +185,17 @@ def _machine() -> str:
 def _table(r: dict) -> str:
     return (
         f"{r['date']}, {r['machine']}; {r['model']}; {r['threads']} torch thread(s); "
-        f"{r['clients']} clients, {r['requests']} requests of one sentence\n\n"
+        f"{r['clients']} clients, {r['requests']} requests of {r['sentences_per_request']} "
+        "sentence(s)\n\n"
         "| | sentences/s | p50 | p95 | p99 | lost | differ from offline |\n"
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
         f"| `transduce translate` (batched) | {r['offline_sentences_per_s']} | | | | | |\n"
-        f"| `transduce serve` | {r['served_requests_per_s']} | {r['p50_s']} s | {r['p95_s']} s "
+        f"| `transduce serve` | {r['served_sentences_per_s']} | {r['p50_s']} s | {r['p95_s']} s "
         f"| {r['p99_s']} s | {r['lost_or_refused']} | {r['differ_from_offline']} |\n"
         f"| ratio served / offline | {r['throughput_ratio']} | | | | | |\n\n"
-        f"mean sentences per worker batch: {r['mean_batch_sentences']}\n"
+        f"mean sentences per worker batch: {r['mean_batch_sentences']}; requests/s answered: "
+        f"{r['served_requests_per_s']}, GET /health alone under the same clients: "
+        f"{r['http_ceiling_requests_per_s']}\n"
     )
 
 

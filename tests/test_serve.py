@@ -258,3 +258,32 @@ def _until(condition, seconds: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(0.02)
+
+
+def test_the_serve_verb_listens_on_loopback(tmp_path):
+    import subprocess
+    import sys
+
+    from .conftest import save_toy_model
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = save_toy_model(tmp_path)
+    command = [sys.executable, "-m", "transduce", "-q", "serve", "--model", str(model)]
+    server = subprocess.Popen([*command, "--port", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _until(lambda: _answers(url + "/health"), seconds=60)
+        assert httpx.get(url + "/v1/models").json()["models"][0]["name"] == "toy.pt"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert server.returncode is not None
+
+
+def _answers(address: str) -> bool:
+    try:
+        return httpx.get(address).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -41,4 +41,4 @@ def _serve(args) -> None:
     from ..serve.settings import ServeSettings
 
     settings = ServeSettings(**{f.name: getattr(args, f.name) for f in fields(ServeSettings)})
-    serve(Engine.load(args.model, args.device, args.int8), settings)
+    serve(Engine.load(args.model, args.device, args.int8), settings, quiet=args.quiet)

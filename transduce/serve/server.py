@@ -13,11 +13,21 @@ from .app import create_app
 from .engine import Engine
 from .settings import ServeSettings
 
+# Idle keep-alive connections are closed after this long: long enough that a client's next request
+# seldom meets the server closing its connection (which the client sees as an error).
+KEEP_ALIVE_S = 30
 
-def serve(engine: Engine, settings: ServeSettings) -> None:
-    """Serve until interrupted."""
-    app = create_app(engine, settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+
+def serve(engine: Engine, settings: ServeSettings, quiet: bool = False) -> None:
+    """Serve until interrupted; `quiet`: warnings only, no line per request."""
+    uvicorn.run(
+        create_app(engine, settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning" if quiet else "info",
+        access_log=not quiet,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
 
 
 class Background:
@@ -27,7 +37,12 @@ class Background:
     def __init__(self, engine: Engine, settings: ServeSettings | None = None) -> None:
         self.settings = settings or ServeSettings(port=0)
         self.app = create_app(engine, self.settings)
-        config = uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            timeout_keep_alive=KEEP_ALIVE_S,
+            timeout_graceful_shutdown=5,
+        )
         self._server = uvicorn.Server(config)
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
