@@ -2,6 +2,7 @@
 way, written as a table and a plot; a second call trains nothing again."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,32 @@ def test_both_models_are_trained_scored_and_reported_and_not_trained_twice(
     monkeypatch.setattr(compare_module, "train", no_training)
     again = compare(data.path, tmp_path, minutes=0.02, seeds=2, overrides=overrides)
     assert [r.test_score for r in again] == [r.test_score for r in results]
+
+
+@pytest.mark.parametrize("lower", ["average", "last"])
+def test_the_test_set_is_translated_with_the_checkpoint_of_lower_dev_nll(
+    data, tmp_path, monkeypatch, lower
+):
+    overrides = {
+        "tiny": as_set_arguments(PLUMBING_MODEL | QUICK),
+        "rnn-tiny": as_set_arguments(SMALL_RNN | QUICK),
+    }
+    compare(data.path, tmp_path, minutes=0.01, seeds=1, overrides=overrides)
+    run = tmp_path / "rnn-tiny-seed1"
+    (run / "test-score.json").unlink()  # score it again, with scripted dev NLLs
+    nlls = iter([1.0, 2.0] if lower == "average" else [2.0, 1.0])  # average.pt is asked first
+    monkeypatch.setattr(compare_module, "dev_loss", lambda *args: {"nll": next(nlls)})
+    loaded = []
+    real_load = compare_module.Translator.load
+
+    def spy(run_dir, checkpoint=None, *args, **kwargs):
+        loaded.append(checkpoint)
+        return real_load(run_dir, checkpoint, *args, **kwargs)
+
+    monkeypatch.setattr(compare_module.Translator, "load", spy)
+    results = compare(data.path, tmp_path, minutes=0.01, seeds=1, overrides=overrides)
+    newest = sorted((run / "checkpoints").iterdir())[-1].name
+    expected = "average.pt" if lower == "average" else newest
+    assert [Path(c).name for c in loaded] == [expected]
+    assert results[1].checkpoint == expected
+    assert f"| {expected} |" in (tmp_path / "results.md").read_text()

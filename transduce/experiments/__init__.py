@@ -1,1 +1,2 @@
-"""Experiments made of the library's calls: the demo (and the Table 3 sweep, the comparisons)."""
+"""Experiments made of the library's calls: the demo, the comparison with the recurrent baseline
+(compare.py) and the Table 3 sweep (table3.py, sweep.py, sweep_report.py)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import statistics
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,11 +21,14 @@ from ..config import Config, override, parse_assignments
 from ..data.dataset import PreparedData
 from ..decoding.translate import Translator
 from ..models import build_model, count_parameters
+from ..models.saved import load_model
 from ..presets import preset
+from ..runtime import pick_device
 from ..tasks import get_task
-from ..training.checkpoint import AVERAGE_FILE
+from ..training.checkpoint import AVERAGE_FILE, CheckpointStore
 from ..training.loop import train
 from ..training.runlog import read_log
+from ..training.validation import dev_loss
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +46,7 @@ class RunResult:
     signature: str
     metric: str  # the task's, e.g. "bleu"
     curve: list[tuple[float, float]]  # (minutes of training, dev score)
+    checkpoint: str = ""  # the file the test set was translated with (dev_chosen_checkpoint)
 
 
 def compare(
@@ -95,23 +100,51 @@ def _run(
         signature=score["signature"],
         metric=metric,
         curve=[(r["elapsed"] / 60, r[metric]) for r in valid],
+        checkpoint=score.get("checkpoint", ""),
     )
 
 
 def _test_score(run_dir: Path, data: PreparedData, device: str | None) -> dict:
-    """The test set translated with the run's search and scored by the task, once."""
+    """The test set translated with the run's search and scored by the task, once, from the
+    checkpoint `dev_chosen_checkpoint` picks."""
     saved = run_dir / "test-score.json"
     if saved.exists():
         return json.loads(saved.read_text())
     split = "test" if "test" in data.splits else "dev"
-    text, task = data.text(split), get_task(data.task)
-    translator = Translator.load(run_dir, device=device)
-    outputs = [hyps[0][0] for hyps in translator.translate(text.src)]
-    (run_dir / f"{split}.hyp").write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
-    result = task.score(outputs, task.references(data, split))
-    score = {"split": split, "score": result.score, "signature": result.signature}
+    checkpoint, dev_nll = dev_chosen_checkpoint(run_dir, data, device)
+    translator = Translator.load(run_dir, checkpoint, device=device)
+    score = translate_and_score(translator, data, split, run_dir)
+    score |= {"checkpoint": checkpoint.name, "dev_nll": dev_nll}
     saved.write_text(json.dumps(score, indent=2))
     return score
+
+
+def dev_chosen_checkpoint(
+    run_dir: Path, data: PreparedData, device: str | None
+) -> tuple[Path, dict[str, float]]:
+    """The averaged model or the newest checkpoint, whichever has the lower dev NLL, and both
+    NLLs by file name. Averaging checkpoints that span a short run's fast early change can make
+    a model worse than its last state (the recurrent model most: its weights are not averaged
+    along one basin); the dev set, not the test set, decides which one is scored."""
+    store = CheckpointStore(run_dir, keep_last=1)
+    candidates = [run_dir / AVERAGE_FILE, store.path(store.steps()[-1])]
+    nll = {}
+    for path in candidates:
+        saved = load_model(run_dir, path)
+        model = saved.model.to(pick_device(device))
+        found = dev_loss(model, data, saved.config, pick_device(device), nullcontext)
+        nll[path.name] = found["nll"]
+    return min(candidates, key=lambda path: nll[path.name]), nll
+
+
+def translate_and_score(translator: Translator, data: PreparedData, split: str, out: Path) -> dict:
+    """`split` translated with the translator's search, written to `out/{split}.hyp` and scored
+    by the task: `{"split", "score", "signature"}`."""
+    text, task = data.text(split), get_task(data.task)
+    outputs = [hyps[0][0] for hyps in translator.translate(text.src)]
+    (out / f"{split}.hyp").write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
+    result = task.score(outputs, task.references(data, split))
+    return {"split": split, "score": result.score, "signature": result.signature}
 
 
 def write_report(results: list[RunResult], out: Path) -> None:
@@ -124,8 +157,9 @@ def write_report(results: list[RunResult], out: Path) -> None:
 
 def _table(results: list[RunResult]) -> str:
     rows = [
-        "| model | parameters | seeds | updates | target tokens/s | test score (mean ± sd) |",
-        "|---|---|---|---|---|---|",
+        "| model | parameters | seeds | updates | target tokens/s | test score (mean ± sd) "
+        "| scored checkpoint (by dev NLL) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in dict.fromkeys(r.model for r in results):
         runs = [r for r in results if r.model == name]
@@ -135,7 +169,8 @@ def _table(results: list[RunResult]) -> str:
             f"| {name} | {runs[0].parameters / 1e6:.2f}M | {len(runs)} "
             f"| {statistics.mean(r.updates for r in runs):,.0f} "
             f"| {statistics.mean(r.tokens_per_second for r in runs):,.0f} "
-            f"| {statistics.mean(scores):.2f} ± {spread:.2f} |"
+            f"| {statistics.mean(scores):.2f} ± {spread:.2f} "
+            f"| {', '.join(sorted({r.checkpoint for r in runs}))} |"
         )
     signatures = sorted({r.signature for r in results})
     return "\n".join(rows) + "\n\nscored with " + "; ".join(signatures) + "\n"

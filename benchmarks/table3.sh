@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Table 3 (s6.2) on Multi30k en->de at the `tiny` base, on this project's 2-core CPU (issue 13).
+#
+#   benchmarks/table3.sh [OUT]        default bench/table3-tiny; run it again to resume
+#   STEPS=1200 WARMUP=400 SEEDS=2 SET="train.threads=2" benchmarks/table3.sh OUT
+#   (SET: more KEY=VALUE overrides of the base; SWEEP_ARGS: more flags, e.g. "--rows base,A1")
+#
+# Every row of (A)-(E) and big, scaled to tiny (N 4, d_model 128, d_ff 256, h 4, d_k 32,
+# P_drop 0.3), trained for STEPS updates (big: 3x), seed 1 for every row first, then seed 2 for
+# the base and every row whose seed 1 is under 1 BLEU from the base's (--one-seed-beyond 1.0:
+# the rows further away keep one seed). Each run is scored as the paper's Table 3: dev
+# perplexity per subword and dev BLEU with beam 4 / alpha 0.6 from the last checkpoint, no
+# averaging (lowercased, on Multi30k's tokens). OUT/table3.md, .csv and .json are rewritten
+# after every run. Stopped (a session's end, Ctrl-C), it resumes when run again: a run in
+# progress from its last checkpoint (every 250 updates); finished runs are not trained again.
+#
+# The base's schedule is shortened to the budget: tiny's peak rate, 0.005, comes at update
+# WARMUP instead of 2,000 (eq. 3 with train.lr_scale = 0.005 * sqrt(128 * WARMUP)), so the
+# last checkpoint is past the peak. Rows that change d_model change the peak with it, as eq. 3
+# does in the paper.
+#
+# Duration: in units of one base run, seed 1 costs about 29 (big trains 3x the steps of a
+# model 3x the cost; C5 about 2.6; C1 and C4 about half), and seed 2 about 16 if every
+# row but C1, C4, C5 and big stays within 1 BLEU: about 45 base runs. A base run is STEPS
+# updates at roughly 100-150 updates a minute on 2 idle cores, plus about a minute of
+# validation and beam search: at STEPS=1200, 9-13 minutes, so 7-10 hours in all.
+set -euo pipefail
+out=${1:-bench/table3-tiny}
+steps=${STEPS:-1200} warmup=${WARMUP:-400} seeds=${SEEDS:-2}
+data_dir=${TRANSDUCE_DATA:-../shared/data}
+lr_scale=$(python3 -c "print(round(0.005 * (128 * $warmup) ** 0.5, 6))")
+mkdir -p "$out"
+transduce prepare multi30k --src en --tgt de --variant tok --data-dir "$data_dir" \
+  --vocab-size 10000 --out "$out/data"
+transduce sweep --data "$out/data" --base tiny --rows table3 --seeds "$seeds" \
+  --one-seed-beyond 1.0 --steps "$steps" --out "$out" ${SWEEP_ARGS:-} \
+  --set train.warmup_steps="$warmup" train.lr_scale="$lr_scale" train.valid_every=250 ${SET:-} \
+  2>&1 | tee -a "$out/sweep.log"

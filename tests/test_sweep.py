@@ -1,0 +1,193 @@
+"""`transduce sweep`: Table 3's rows scaled to a base change exactly what the paper's rows change;
+the sweep trains and scores each row, reports a failed row and goes on, and resumes without
+training a finished row again; `--params-only` prints our counts beside the paper's."""
+
+import dataclasses
+import json
+
+import pytest
+
+from transduce.cli import main
+from transduce.data.corpus import LengthFilter
+from transduce.data.dataset import prepare
+from transduce.experiments import sweep as sweep_module
+from transduce.experiments.sweep import RunResult, sweep, sweep_base
+from transduce.experiments.table3 import ROW_NAMES, CannotScale, row_config
+from transduce.presets import big, preset
+
+from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files
+
+# What each row of the paper's Table 3 names (the cells it fills in), in our field names.
+HEADS = frozenset({"model.h", "model.d_k", "model.d_v"})
+WIDTH = frozenset({"model.d_model", "model.d_k", "model.d_v"})
+NAMED = {
+    "base": frozenset(),
+    **dict.fromkeys(["A1", "A2", "A3", "A4"], HEADS),
+    **dict.fromkeys(["B1", "B2"], frozenset({"model.d_k"})),
+    **dict.fromkeys(["C1", "C2", "C3"], frozenset({"model.n_layers"})),
+    **dict.fromkeys(["C4", "C5"], WIDTH),
+    **dict.fromkeys(["C6", "C7"], frozenset({"model.d_ff"})),
+    **dict.fromkeys(["D1", "D2"], frozenset({"model.dropout"})),
+    **dict.fromkeys(["D3", "D4"], frozenset({"train.label_smoothing"})),
+    "E1": frozenset({"model.positions"}),
+    "big": frozenset(
+        {"model.d_model", "model.d_ff", "model.h", "model.dropout", "train.max_steps"}
+    ),
+}
+# The paper's parameter counts (x 10^6), Table 3.
+PAPER_PARAMS_M = {
+    "base": 65, "B1": 58, "B2": 60, "C1": 36, "C2": 50, "C3": 80, "C4": 28, "C5": 168,
+    "C6": 53, "C7": 90, "big": 213,
+}  # fmt: skip
+
+
+def _flat(config) -> dict:
+    tree = dataclasses.asdict(config)
+    return {f"{section}.{k}": v for section, values in tree.items() for k, v in values.items()}
+
+
+def _changed(config, base) -> set[str]:
+    new, old = _flat(config), _flat(base)
+    return {key for key in new if new[key] != old[key]}
+
+
+@pytest.mark.parametrize("name", ["tiny", "small", "base"])
+def test_each_row_changes_exactly_the_fields_the_paper_names(name):
+    base = sweep_base(name, steps=100)
+    assert set(ROW_NAMES) == set(NAMED)
+    for row in ROW_NAMES:
+        assert _changed(row_config(base, row), base) == NAMED[row], row
+
+
+def test_rows_scale_relative_to_the_base_and_equal_the_papers_from_base():
+    tiny = sweep_base("tiny", steps=100)  # N 4, d_model 128, d_ff 256, h 4, d_k 32, P_drop 0.3
+    m = {row: row_config(tiny, row).model for row in ROW_NAMES}
+    assert [(m[r].h, m[r].d_k, m[r].d_v) for r in ("A1", "A2", "A3", "A4")] == [
+        (1, 128, 128), (2, 64, 64), (8, 16, 16), (16, 8, 8)
+    ]  # fmt: skip
+    assert (m["B1"].d_k, m["B2"].d_k) == (8, 16)  # a quarter, a half
+    assert [m[r].n_layers for r in ("C1", "C2", "C3")] == [1, 3, 5]  # 2/6, 4/6, 8/6 of 4
+    assert (m["C4"].d_model, m["C4"].d_k, m["C5"].d_model, m["C5"].d_v) == (64, 16, 256, 64)
+    assert (m["D1"].dropout, m["D2"].dropout, m["big"].dropout) == (0.0, 0.4, 0.5)
+    assert (m["big"].d_model, m["big"].d_ff, m["big"].h, m["big"].d_k) == (256, 512, 8, 32)
+    assert row_config(tiny, "big").train.max_steps == 300  # 300K against 100K
+    # From the paper's base, each row is the one the paper prints (presets.py).
+    paper = preset("base")
+    for row in ROW_NAMES:
+        assert row_config(paper, row) == (big() if row == "big" else preset(row)), row
+
+
+def test_a_row_that_cannot_be_scaled_says_why():
+    one_head = sweep_base("tiny", assignments=["model.h=1", "model.d_k=2", "model.d_v=2"])
+    with pytest.raises(CannotScale, match="heads"):
+        row_config(one_head, "A2")  # half a head
+    with pytest.raises(CannotScale, match=r"model\.d_k"):
+        row_config(one_head, "B1")  # d_k 0.5
+    with pytest.raises(CannotScale, match=r"model\.dropout"):
+        row_config(sweep_base("tiny", assignments=["model.dropout=0.9"]), "big")
+
+
+def test_params_only_prints_ours_beside_the_papers(capsys):
+    main(["sweep", "--rows", "table3", "--params-only", "--vocab-size", "37000"])
+    lines = capsys.readouterr().out.splitlines()[2:]
+    cells = {line.split(" | ")[0].strip("| "): line.strip("| ").split(" | ") for line in lines}
+    assert list(cells) == list(PAPER_PARAMS_M)  # one line per row that states a count
+    assert cells["base"][-2:] == ["63.1", "65"]
+    for row, paper in PAPER_PARAMS_M.items():
+        ours, theirs = float(cells[row][-2]), int(cells[row][-1])
+        assert theirs == paper and abs(ours / paper - 1) < 0.07, row
+
+
+QUICK = PLUMBING_MODEL | {
+    "model.h": 1,  # so that row A2 (half the heads) cannot be scaled
+    "train.warmup_steps": 2,  # so that the average of the last 2 differs from the last
+    "train.valid_every": 3,
+    "train.keep_last": 2,
+    "train.average_last": 2,
+}
+ROWS = ["base", "A2", "B1", "D3"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sweep")
+    splits = reverse_task_files(folder, n_train=200, n_dev=6)
+    return prepare(
+        splits, folder / "data", vocab_size=16, length_filter=LengthFilter(), description={}
+    )
+
+
+def test_a_failed_row_is_reported_and_a_resumed_sweep_trains_only_what_is_unfinished(
+    data, tmp_path, monkeypatch, capsys
+):
+    real_train, trained = sweep_module.train, []
+
+    def train_failing_b1(config, data_dir, run_dir, **kwargs):
+        trained.append(run_dir.name)
+        if run_dir.name.startswith("B1"):
+            raise RuntimeError("out of patience")
+        return real_train(config, data_dir, run_dir, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "train", train_failing_b1)
+    base = sweep_base("tiny", steps=4, assignments=as_set_arguments(QUICK))
+    first = {r.row: r for r in sweep(data.path, tmp_path, base, rows=ROWS, seeds=2)}
+    assert trained == ["base-seed1", "B1-seed1", "D3-seed1", "base-seed2", "B1-seed2", "D3-seed2"]
+    assert first["A2"].config is None and "heads" in first["A2"].note
+    assert all(run.error == "RuntimeError: out of patience" for run in first["B1"].runs)
+    for row in ("base", "D3"):
+        assert [run.error for run in first[row].runs] == ["", ""]
+        assert all(run.dev_ppl > 1 and run.updates == 4 for run in first[row].runs)
+    # Scored as the paper's Table 3: the last checkpoint, not an average of the last ones.
+    for run in first["base"].runs:
+        log = (tmp_path / f"base-seed{run.seed}" / "log.jsonl").read_text().splitlines()
+        last = [json.loads(line) for line in log if '"valid"' in line][-1]
+        assert last["step"] == 4 and run.dev_ppl == pytest.approx(last["ppl"], rel=1e-9)
+    table = (tmp_path / "table3.md").read_text()
+    assert "cannot scale" in table and "out of patience" in table and " ± " in table
+    assert len((tmp_path / "table3.csv").read_text().splitlines()) == 1 + len(ROWS)
+
+    # Resumed: only the failed row trains again; the finished rows keep their results.
+    trained.clear()
+    monkeypatch.setattr(sweep_module, "train", _recording(real_train, trained))
+    real_score, beams = sweep_module.translate_and_score, []
+
+    def score_recording_the_beam(translator, *args):
+        beams.append(translator.decode.beam_size)
+        return real_score(translator, *args)
+
+    monkeypatch.setattr(sweep_module, "translate_and_score", score_recording_the_beam)
+    args = ["sweep", "--data", data.path, "--base", "tiny", "--rows", ",".join(ROWS)]
+    args += ["--seeds", "2", "--steps", "4", "--out", tmp_path, "--set", *as_set_arguments(QUICK)]
+    main([str(a) for a in args])
+    assert trained == ["B1-seed1", "B1-seed2"]
+    assert beams == [4, 4]  # s6.1's beam search (the task's), not validation's greedy search
+    again = json.loads((tmp_path / "table3.json").read_text())["rows"]
+    assert [r["runs"] for r in again if r["row"] == "base"] == [
+        [dataclasses.asdict(run) for run in first["base"].runs]
+    ]
+    assert all(not run["error"] for r in again for run in r["runs"])
+    assert "| B1 |" in capsys.readouterr().out
+
+
+def _recording(train, calls):
+    def recorded(config, data_dir, run_dir, **kwargs):
+        calls.append(run_dir.name)
+        return train(config, data_dir, run_dir, **kwargs)
+
+    return recorded
+
+
+def test_rows_far_from_the_base_keep_one_seed(data, tmp_path, monkeypatch):
+    first_seed_bleu = {"base": 30.0, "B1": 28.9, "D3": 30.8}  # B1 is 1.1 BLEU away
+    calls = []
+
+    def scripted_run(config, row, seed, data, run_dir, device):
+        calls.append(f"{row}-{seed}")
+        score = first_seed_bleu[row] + 0.1 * (seed - 1)
+        return RunResult(row, seed, dev_ppl=5.0, dev_score=score, parameters=1, updates=4,
+                         minutes=0.1)  # fmt: skip
+
+    monkeypatch.setattr(sweep_module, "_run", scripted_run)
+    base = sweep_base("tiny", steps=4)
+    sweep(data.path, tmp_path, base, rows=["base", "B1", "D3"], seeds=3, one_seed_beyond=1.0)
+    assert calls == ["base-1", "B1-1", "D3-1", "base-2", "D3-2", "base-3", "D3-3"]

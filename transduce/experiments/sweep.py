@@ -1,0 +1,215 @@
+"""The Table 3 sweep (s6.2): each row of (A)-(E) and big, scaled to a base, trained and scored.
+
+`sweep` trains every row (experiments/table3.py) with seeds 1..n for a budget of updates or
+minutes (big 3x, as the paper's 300K steps against 100K) and scores each run as the paper's
+Table 3 does: dev perplexity per subword (the dev loss without label smoothing, exponentiated)
+and the dev score of the task's beam search (beam 4, alpha 0.6 for translation) from the last
+checkpoint, without averaging. After every run it rewrites `table3.md` (the paper's table with
+our numbers beside the paper's), `table3.csv` and `table3.json` (sweep_report.py).
+
+Runs resume where they stopped; a finished run is not trained again (its result is kept in
+`ROW-seedN/sweep-result.json` with the config it was trained with); a run that raises is
+reported as failed and the others go on; a row that cannot be scaled to the base says why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..config import Config, override, parse_assignments
+from ..data.dataset import PreparedData
+from ..decoding.translate import Translator
+from ..models import count_parameters
+from ..models.saved import load_model
+from ..presets import preset
+from ..runtime import pick_device
+from ..tasks import get_task
+from ..training.checkpoint import AVERAGE_FILE, CheckpointStore
+from ..training.loop import train
+from ..training.runlog import read_log
+from ..training.validation import dev_loss
+from .compare import translate_and_score
+from .sweep_report import write_report
+from .table3 import ROW_NAMES, CannotScale, row_config
+
+logger = logging.getLogger(__name__)
+
+RESULT_FILE = "sweep-result.json"
+
+
+@dataclass
+class RunResult:
+    """One row trained with one seed; `error` says why it failed, else it is ""."""
+
+    row: str
+    seed: int
+    error: str = ""
+    dev_ppl: float | None = None  # per subword, without label smoothing
+    dev_score: float | None = None  # the task's metric (BLEU), beam search, last checkpoint
+    metric: str = ""
+    signature: str = ""
+    parameters: int | None = None
+    updates: int | None = None
+    minutes: float | None = None  # training wall time
+
+
+@dataclass
+class RowResult:
+    """A row of the table: its config at this base (None: it cannot be scaled) and its runs."""
+
+    row: str
+    config: Config | None
+    note: str = ""  # why the row cannot be scaled
+    runs: list[RunResult] = field(default_factory=list)
+
+
+def sweep_base(
+    name: str,
+    *,
+    minutes: float | None = None,
+    steps: int | None = None,
+    assignments: Sequence[str] = (),
+) -> Config:
+    """The preset `name` with the sweep's budget per row, then `assignments` (`--set`)."""
+    budget: dict[str, object] = {"train.valid_bleu": False}  # scored once, by beam search
+    if minutes:
+        budget |= {"train.max_minutes": minutes, "train.max_steps": steps or 10**9}
+    elif steps:
+        budget["train.max_steps"] = steps
+    return override(override(preset(name), budget), parse_assignments(list(assignments)))
+
+
+def plan(base: Config, names: Sequence[str] = ROW_NAMES) -> list[RowResult]:
+    """Each named row's config at `base`, or why it has none."""
+    rows = []
+    for name in names:
+        try:
+            rows.append(RowResult(name, row_config(base, name)))
+        except CannotScale as error:
+            logger.warning("row %s cannot be scaled to this base: %s", name, error)
+            rows.append(RowResult(name, None, note=str(error)))
+    return rows
+
+
+def sweep(
+    data_dir: Path,
+    out: Path,
+    base: Config,
+    *,
+    rows: Sequence[str] = ROW_NAMES,
+    seeds: int = 1,
+    one_seed_beyond: float | None = None,
+    device: str | None = None,
+    description: str = "",
+) -> list[RowResult]:
+    """Train and score each row of `rows` at `base` with seeds 1..`seeds`; see the module.
+
+    Seed by seed: a sweep stopped in its second seed already holds every row once. With
+    `one_seed_beyond`, a row whose first seed scores at least that far from the base's first
+    seed (e.g. 1.0 BLEU) keeps one seed: its direction does not need the spread.
+    `description` heads the report, e.g. the command that ran the sweep.
+    """
+    data, out = PreparedData.load(data_dir), Path(out)
+    results = plan(base, rows)
+    runnable = [r for r in results if r.config is not None]
+    number, most, started = 0, len(runnable) * seeds, time.monotonic()
+    for seed in range(1, seeds + 1):
+        for result in runnable:
+            if seed > 1 and _far_from_base(result, results, one_seed_beyond):
+                most -= 1
+                continue
+            number += 1
+            logger.info("[run %d/%d] row %s, seed %d of %d", number, most, result.row, seed, seeds)
+            config = override(result.config, {"train.seed": seed})
+            run_dir = out / f"{result.row}-seed{seed}"
+            result.runs.append(_run_safely(config, result.row, seed, data, run_dir, device))
+            write_report(results, base, out, description)
+            _log_progress(result.runs[-1], number, most, time.monotonic() - started)
+    write_report(results, base, out, description)
+    return results
+
+
+def _far_from_base(result: RowResult, results: list[RowResult], beyond: float | None) -> bool:
+    """Whether the row's first seed scored at least `beyond` from the base's first seed."""
+    base = next((r for r in results if r.row == "base"), None)
+    if beyond is None or base is None or result is base:
+        return False
+    firsts = [next((run for run in r.runs if run.seed == 1 and not run.error), None)
+              for r in (result, base)]  # fmt: skip
+    if None in firsts:
+        return False
+    distance = abs(firsts[0].dev_score - firsts[1].dev_score)
+    if distance >= beyond:
+        logger.info("row %s: %.2f from the base with seed 1: one seed", result.row, distance)
+    return distance >= beyond
+
+
+def _run_safely(
+    config: Config, row: str, seed: int, data: PreparedData, run_dir: Path, device: str | None
+) -> RunResult:
+    try:
+        return _run(config, row, seed, data, run_dir, device)
+    except Exception as error:  # one failed row is reported; the others go on
+        logger.exception("row %s, seed %d failed", row, seed)
+        return RunResult(row, seed, error=f"{type(error).__name__}: {error}")
+
+
+def _run(
+    config: Config, row: str, seed: int, data: PreparedData, run_dir: Path, device: str | None
+) -> RunResult:
+    saved = run_dir / RESULT_FILE
+    finished = (run_dir / AVERAGE_FILE).exists()
+    if saved.exists():
+        kept = json.loads(saved.read_text())
+        if Config.from_dict(kept["config"]) == config:
+            logger.info("%s: finished, not trained again", run_dir)
+            return RunResult(**kept["result"])
+        logger.info("%s: its budget changed since it finished: training on", run_dir)
+        finished = False
+    if not finished:  # a killed run goes on where it stopped
+        train(config, data.path, run_dir, resume=(run_dir / "checkpoints").exists(), device=device)
+    result = _score(run_dir, row, seed, data, device)
+    record = {"config": json.loads(config.to_json()), "result": asdict(result)}
+    saved.write_text(json.dumps(record, indent=2))
+    return result
+
+
+def _score(run_dir: Path, row: str, seed: int, data: PreparedData, device: str | None) -> RunResult:
+    """Dev perplexity and the dev score of beam search, from the last checkpoint (no average)."""
+    last = CheckpointStore(run_dir, keep_last=1).last_paths(1)
+    if not last:
+        raise FileNotFoundError(f"{run_dir}: no checkpoint to score")
+    saved, target = load_model(run_dir, last[0]), pick_device(device)
+    model, config = saved.model.to(target), saved.config
+    ppl = dev_loss(model, data, config, target, nullcontext)["ppl"]
+    translator = Translator(model, saved.vocab, config.decode, target, config.task)
+    score = translate_and_score(translator, data, "dev", run_dir)
+    log = read_log(run_dir / "log.jsonl")
+    return RunResult(
+        row,
+        seed,
+        dev_ppl=ppl,
+        dev_score=score["score"],
+        metric=get_task(config.task).metric,
+        signature=score["signature"],
+        parameters=count_parameters(model),
+        updates=saved.step,
+        minutes=max((r["elapsed"] for r in log), default=0.0) / 60,
+    )
+
+
+def _log_progress(run: RunResult, number: int, total: int, seconds: float) -> None:
+    if run.error:
+        logger.warning("row %s, seed %d: FAILED (%s)", run.row, run.seed, run.error)
+    else:
+        logger.info(
+            "row %s, seed %d: dev ppl %.2f, dev %s %.2f, %d updates in %.1f min",
+            run.row, run.seed, run.dev_ppl, run.metric, run.dev_score, run.updates, run.minutes,
+        )  # fmt: skip
+    logger.info("sweep: %d of %d runs done, %.1f min this session", number, total, seconds / 60)
