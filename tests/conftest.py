@@ -136,13 +136,16 @@ def toy_translator(folder: Path, model=None, dtype=torch.float64):
     return Translator(model, vocab, decode, torch.device("cpu"))
 
 
-def save_toy_model(folder: Path) -> Path:
-    """`toy_translator`'s model as one checkpoint file (float32), as training writes it."""
-    from transduce.config import Config
+def save_toy_model(folder: Path, decode=None) -> Path:
+    """`toy_translator`'s model as one checkpoint file (float32), as training writes it, with
+    `decode` (a DecodeConfig; default the run default) as its decoding settings."""
+    from transduce.config import Config, DecodeConfig
     from transduce.training.checkpoint import save
 
     translator = toy_translator(folder, dtype=torch.float32)
-    config = Config(model=tiny_model_config(vocab_size=translator.vocab.size))
+    config = Config(
+        model=tiny_model_config(vocab_size=translator.vocab.size), decode=decode or DecodeConfig()
+    )
     path = folder / "toy.pt"
     state = {
         "config": config.to_json(),

@@ -102,6 +102,14 @@ class Translator:
 
         `decode` replaces the run's own decoding settings (config.json's `decode`).
         """
+        found = self.hypotheses(lines, decode)
+        return [[(text, h.score) for text, h in hyps] for hyps in found]
+
+    def hypotheses(
+        self, lines: list[str], decode: DecodeConfig | None = None
+    ) -> list[list[tuple[str, Hypothesis]]]:
+        """`translate` with each text's hypothesis (its token ids and scores); an empty line
+        gives [('', Hypothesis([], 0.0, 0.0))]."""
         decode = decode or self.decode
         sources = self.vocab.encode([line.strip() for line in lines])
         self._check_lengths(sources)
@@ -113,11 +121,13 @@ class Translator:
         owners = [(i, h) for i, hyps in zip(todo, hypotheses, strict=True) for h in hyps]
         texts = self.vocab.decode([h.tokens for _, h in owners])
         texts = self.task.postprocess(texts, [lines[i].strip() for i, _ in owners])
-        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+        results: list[list[tuple[str, Hypothesis]]] = [
+            [("", Hypothesis([], 0.0, 0.0))] for _ in lines
+        ]
         for i in todo:
             results[i] = []
         for (i, h), text in zip(owners, texts, strict=True):
-            results[i].append((text, h.score))
+            results[i].append((text, h))
         return results
 
     def _check_lengths(self, sources: list[list[int]]) -> None:

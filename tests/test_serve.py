@@ -1,0 +1,289 @@
+"""`transduce serve` against a real uvicorn on loopback: concurrent clients get what offline
+translation gives, the other endpoints answer as documented, and every limit is answered with
+its status and a JSON message, after which the server keeps serving."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+
+from transduce.serve.server import Background  # noqa: E402
+from transduce.serve.settings import ServeSettings  # noqa: E402
+from transduce.viz.alignment import pharaoh, translate_with_alignments  # noqa: E402
+from transduce.viz.capture import sentence_attention  # noqa: E402
+from transduce.viz.page import page_data  # noqa: E402
+
+from .serving import DECODE, Gate, metric, sentences, toy_engine  # noqa: E402
+
+LOOPBACK = ServeSettings(port=0)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return toy_engine(tmp_path_factory.mktemp("serve"))
+
+
+@pytest.fixture(scope="module")
+def served(engine):
+    """The server most tests share; it waits 50 ms for company so concurrent requests meet."""
+    with Background(engine, replace(LOOPBACK, batch_wait_ms=50)) as url:
+        yield url
+
+
+def _good(client: httpx.Client) -> None:
+    """A well-formed request still works."""
+    answer = client.post("/v1/translate", json={"text": "the dog runs"})
+    assert answer.status_code == 200 and answer.json()["translations"][0]["text"] != ""
+
+
+# (beam, n_best): requests with different settings in the same moment, grouped by settings.
+SETTINGS = [(2, 2), (1, 1), (3, 1)]
+
+
+def test_concurrent_clients_get_what_offline_translate_gives(engine, served):
+    requests = [(sentences(1 + i % 3, seed=i), *SETTINGS[i % len(SETTINGS)]) for i in range(24)]
+    start = threading.Barrier(12)
+
+    def ask(i: int):
+        lines, beam, n_best = requests[i]
+        with httpx.Client(base_url=served, timeout=60) as client:
+            if i < 12:
+                start.wait()  # the first twelve leave together
+            body = {"texts": lines, "beam_size": beam, "n_best": n_best}
+            return client.post("/v1/translate", json=body)
+
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(ask, range(len(requests))))
+    for (lines, beam, n_best), answer in zip(requests, answers, strict=True):
+        assert answer.status_code == 200
+        offline = engine.translator.translate(lines, replace(DECODE, beam_size=beam, n_best=n_best))
+        served_out = [
+            [(c["text"], c["score"]) for c in t["n_best"]] for t in answer.json()["translations"]
+        ]
+        assert [[text for text, _ in hyps] for hyps in served_out] == [
+            [text for text, _ in hyps] for hyps in offline
+        ]
+        # Scores equal to float32 rounding: a batch's padding changes the order of float sums,
+        # as it does between two offline runs that batch a sentence with different company.
+        for ours, theirs in zip(served_out, offline, strict=True):
+            assert [s for _, s in ours] == pytest.approx([s for _, s in theirs], abs=1e-4)
+    text = httpx.get(served + "/metrics").text
+    batches = metric(text, "transduce_batch_sentences_count")
+    assert batches < len(requests)  # requests were decoded together
+
+
+def test_the_answer_carries_the_best_its_n_best_the_model_and_the_time(served):
+    with httpx.Client(base_url=served) as client:
+        answer = client.post("/v1/translate", json={"text": "the dog runs", "n_best": 2}).json()
+    assert answer["model"] == "toy.pt" and answer["time_ms"] > 0
+    (translation,) = answer["translations"]
+    assert len(translation["n_best"]) == 2
+    assert translation["n_best"][0]["score"] >= translation["n_best"][1]["score"]
+    assert (translation["text"], translation["score"]) == (
+        translation["n_best"][0]["text"],
+        translation["n_best"][0]["score"],
+    )
+
+
+def test_alignments_are_those_of_translate_with_alignments(engine, served):
+    lines = sentences(4, seed=7)
+    with httpx.Client(base_url=served) as client:
+        answer = client.post("/v1/translate", json={"texts": lines, "alignments": True}).json()
+    offline = translate_with_alignments(engine.translator, lines)
+    assert [(t["text"], t["alignment"]) for t in answer["translations"]] == [
+        (text, pharaoh(pairs)) for text, pairs in offline
+    ]
+
+
+def test_attention_gives_the_weights_the_attention_page_draws(engine, served):
+    sentence = "the children playing outside"
+    with httpx.Client(base_url=served) as client:
+        answer = client.post("/v1/attention", json={"text": sentence, "layer": 1}).json()
+    expected = page_data(sentence_attention(engine.translator, sentence, merge_words=True), 1)
+    assert {key: answer[key] for key in expected} == json.loads(json.dumps(expected))
+    assert answer["model"] == "toy.pt" and set(answer["views"]) == {"encoder", "decoder", "cross"}
+
+
+def test_health_models_metrics_and_the_openapi_schema(served):
+    with httpx.Client(base_url=served) as client:
+        assert client.get("/health").json()["status"] == "ok"
+        (model,) = client.get("/v1/models").json()["models"]
+        assert model["name"] == "toy.pt" and model["decode"]["beam_size"] == DECODE.beam_size
+        schema = client.get("/openapi.json").json()
+        assert {"/v1/translate", "/v1/attention", "/health", "/metrics"} <= set(schema["paths"])
+        assert "429" in schema["paths"]["/v1/translate"]["post"]["responses"]
+        before = client.get("/metrics").text
+        _good(client)
+        after = client.get("/metrics").text
+    counted = dict(name="transduce_requests_total", route="/v1/translate", status="200")
+    assert metric(after, **counted) == (metric(before, **counted) or 0) + 1
+    assert metric(after, "transduce_queue_sentences") == 0
+    latency = "transduce_request_latency_seconds"
+    assert metric(after, latency, route="/v1/translate", quantile="0.99") > 0
+    assert metric(after, "transduce_batch_sentences_count") >= 1
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b'{"text": "the dog"', 400),  # malformed JSON
+        (b'{"text": "the \xff dog"}', 400),  # invalid UTF-8
+        (b'{"text": 5}', 422),  # wrong type
+        (b'{"text": ""}', 422),  # empty
+        (b'{"text": "   "}', 422),  # only spaces
+        (b'{"texts": []}', 422),
+        (b'{"texts": ["the dog", ""]}', 422),
+        (b'{"text": "the dog", "texts": ["runs"]}', 422),  # both
+        (b"{}", 422),  # neither
+        (b'{"text": "the dog", "beam": 3}', 422),  # unknown field
+        (b'{"text": "\\ud800"}', 422),  # a lone surrogate: valid JSON, not Unicode
+        (b'{"text": "the dog", "beam_size": 2, "n_best": 3}', 422),
+        (b'{"text": "the dog", "beam_size": 17}', 422),  # over max_beam
+        (b'{"text": "the dog", "max_len_b": 257}', 422),  # over the settings' max_len_b
+        (b'{"text": "the dog", "beam_size": "2"}', 422),
+        (b'["the dog"]', 422),
+    ],
+)
+def test_bad_input_is_answered_with_its_status_and_the_server_keeps_serving(served, body, status):
+    with httpx.Client(base_url=served) as client:
+        answer = client.post(
+            "/v1/translate", content=body, headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == status
+        assert isinstance(answer.json()["detail"], str) and answer.json()["detail"]
+        _good(client)
+
+
+def test_sizes_over_their_limits_get_413(engine):
+    settings = replace(LOOPBACK, max_body_bytes=2000, max_sentences=3, max_sentence_tokens=12)
+    json_type = {"content-type": "application/json"}
+    with Background(engine, settings) as url, httpx.Client(base_url=url) as client:
+        long = " ".join(["children"] * 30)
+        too_many = {"texts": ["the dog"] * 4}
+        padded = b'{"text": "the dog"' + b" " * 3000 + b"}"
+        cases = {
+            "a sentence over the token limit": client.post("/v1/translate", json={"text": long}),
+            "and in /v1/attention": client.post("/v1/attention", json={"text": long}),
+            "too many sentences": client.post("/v1/translate", json=too_many),
+            # valid JSON, short sentences: only its size is wrong (whitespace is JSON too)
+            "a declared body over the limit": client.post(
+                "/v1/translate", content=padded, headers=json_type
+            ),
+            "a chunked body over the limit": client.post(
+                "/v1/translate", content=iter([padded[:1000], padded[1000:]]), headers=json_type
+            ),
+        }
+        for case, answer in cases.items():
+            assert answer.status_code == 413, case
+            assert answer.json()["detail"], case
+        assert "12" in cases["a sentence over the token limit"].json()["detail"]
+        assert client.post("/v1/translate", json={"texts": ["the dog"] * 3}).status_code == 200
+
+
+def test_a_full_queue_answers_429_with_retry_after(engine, monkeypatch):
+    settings = replace(LOOPBACK, max_queue_sentences=3, retry_after_s=2)
+    gate = Gate(engine, monkeypatch)
+    with Background(engine, settings) as url, httpx.Client(base_url=url, timeout=60) as client:
+        with ThreadPoolExecutor(2) as pool:
+            held = pool.submit(client.post, "/v1/translate", json={"text": "the dog"})
+            assert gate.entered.wait(30)  # the worker holds it: the queue is empty again
+            waiting = pool.submit(client.post, "/v1/translate", json={"texts": ["a", "b", "c"]})
+            _until(lambda: client.get("/health").json()["queued_sentences"] == 3)
+            refused = client.post("/v1/translate", json={"text": "green grass"})
+            gate.opened.set()
+            assert held.result().status_code == 200 and waiting.result().status_code == 200
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
+        assert "queue is full" in refused.json()["detail"]
+        assert "green grass" not in gate.decoded
+        _good(client)
+
+
+def test_a_request_past_its_time_budget_gets_504_and_is_never_decoded(engine, monkeypatch):
+    gate = Gate(engine, monkeypatch)
+    settings = replace(LOOPBACK, request_timeout_s=1.0)
+    with Background(engine, settings) as url, httpx.Client(base_url=url, timeout=60) as client:
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(client.post, "/v1/translate", json={"text": "the dog"})
+            assert gate.entered.wait(30)
+            late = client.post("/v1/translate", json={"text": "green grass"})
+            assert client.get("/health").json()["queued_sentences"] == 0  # taken out at once
+            gate.opened.set()
+            assert held.result().status_code == 504  # its own budget ran out in the worker
+        assert late.status_code == 504 and "time budget" in late.json()["detail"]
+        assert gate.decoded == ["the dog"]  # "green grass" never reached the model
+        text = client.get("/metrics").text
+        assert metric(text, "transduce_dropped_total", reason="timeout") == 1
+        _good(client)
+
+
+def test_a_client_that_disconnects_has_its_work_dropped(engine, monkeypatch):
+    gate = Gate(engine, monkeypatch)
+    with Background(engine, LOOPBACK) as url, httpx.Client(base_url=url, timeout=60) as client:
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(client.post, "/v1/translate", json={"text": "the dog"})
+            assert gate.entered.wait(30)
+            _send_and_hang_up(url, b'{"text": "green grass"}')
+            _until(lambda: metric(client.get("/metrics").text, "transduce_dropped_total",
+                                  reason="disconnected") == 1)  # fmt: skip
+            assert client.get("/health").json()["queued_sentences"] == 0
+            gate.opened.set()
+            assert held.result().status_code == 200
+        assert gate.decoded == ["the dog"]
+        _good(client)
+
+
+def _send_and_hang_up(url: str, body: bytes) -> None:
+    """POST `body` to /v1/translate, wait until it is queued, and close the connection."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as connection:
+        head = (
+            f"POST /v1/translate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        connection.sendall(head.encode() + body)
+        _until(lambda: httpx.get(url + "/health").json()["queued_sentences"] == 1)
+
+
+def _until(condition, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def test_the_serve_verb_listens_on_loopback(tmp_path):
+    import subprocess
+    import sys
+
+    from .conftest import save_toy_model
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = save_toy_model(tmp_path)
+    command = [sys.executable, "-m", "transduce", "-q", "serve", "--model", str(model)]
+    server = subprocess.Popen([*command, "--port", str(port)], stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _until(lambda: _answers(url + "/health"), seconds=60)
+        assert httpx.get(url + "/v1/models").json()["models"][0]["name"] == "toy.pt"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert server.returncode is not None
+
+
+def _answers(address: str) -> bool:
+    try:
+        return httpx.get(address).status_code == 200
+    except httpx.HTTPError:
+        return False

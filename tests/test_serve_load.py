@@ -1,0 +1,33 @@
+"""A bounded load on loopback (the small version of benchmarks/serve_load.py): 50 concurrent
+clients, 300 requests; every one is answered, none hangs, each answer is what offline
+translation gives, and the worker decoded them in batches."""
+
+from __future__ import annotations
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+
+from transduce.serve.load import run_load  # noqa: E402
+from transduce.serve.server import Background  # noqa: E402
+from transduce.serve.settings import ServeSettings  # noqa: E402
+
+from .serving import metric, sentences, toy_engine  # noqa: E402
+
+CLIENTS, REQUESTS = 50, 300
+
+
+def test_fifty_clients_get_every_answer_and_the_offline_translations(tmp_path):
+    engine = toy_engine(tmp_path)
+    lines = sentences(REQUESTS, seed=3)
+    offline = [hyps[0][0] for hyps in engine.translator.translate(lines)]
+    with Background(engine, ServeSettings(port=0)) as url:
+        result = run_load(url, "/v1/translate", [{"text": line} for line in lines], CLIENTS, 60)
+        text = httpx.get(url + "/metrics").text
+    assert dict(result.statuses) == {200: REQUESTS}  # none lost, none refused, none timed out
+    assert [answer["translations"][0]["text"] for answer in result.answers] == offline
+    assert result.latency(0.99) < 60
+    batches = metric(text, "transduce_batch_sentences_count")
+    assert metric(text, "transduce_batch_sentences_sum") == REQUESTS
+    assert batches < REQUESTS / 5  # decoded together, several requests a batch on average

@@ -1,0 +1,75 @@
+"""The page at `/` in headless Chromium (Debian's, driven by Playwright; no browser download):
+type a sentence, choose the beam, see the translation and the attention view, and nothing is
+fetched from anywhere but the server itself."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+
+from transduce.serve.server import Background
+from transduce.serve.settings import ServeSettings
+
+from .serving import DECODE, toy_engine
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SENTENCE = "the children playing outside"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip("no chromium binary (Debian: apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package")
+    with playwright.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+def test_the_page_translates_and_draws_the_attention_offline(browser, tmp_path):
+    engine = toy_engine(tmp_path)
+    expected = engine.translator.translate([SENTENCE], replace(DECODE, beam_size=3))[0][0][0]
+    with Background(engine, ServeSettings(port=0, max_beam=6)) as url:
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        errors, asked = [], []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("request", lambda request: asked.append(request.url))
+        page.goto(url + "/")
+        beams = page.eval_on_selector_all("#beam option", "os => os.map(o => o.value)")
+        assert beams == [str(k) for k in range(1, 7)]
+        assert page.input_value("#beam") == str(DECODE.beam_size)  # the model's own
+        page.fill("#text", SENTENCE)
+        page.select_option("#beam", "3")
+        page.click("#go")
+        page.wait_for_selector("#translations li .output")
+        page.wait_for_selector("#attention:not([hidden])")
+        page.wait_for_selector("#links line", state="attached")  # a line may be hair-thin
+        assert page.inner_text("#translations li .output") == expected
+        assert page.inner_text("#source") == SENTENCE  # the attention view's own elements
+        assert page.inner_text("#target") == expected
+        assert [w for w in SENTENCE.split() if w not in page.text_content("#lines")] == []
+        assert page.locator("#heatmap rect.cell").count() > 0
+        page.click("#heads button[data-head='1']")  # the view is interactive
+        assert page.inner_text("#lines-title").endswith("head 1")
+        assert "beam 3" in page.inner_text("#status")
+        page.screenshot(path=str(tmp_path / "serve.png"), full_page=True)
+    assert errors == []
+    assert asked and all(address.startswith(url + "/") for address in asked)  # no network
+    assert {a.removeprefix(url) for a in asked} >= {"/", "/v1/translate", "/v1/attention"}
+
+
+def test_the_page_names_a_bad_request_instead_of_failing(browser, tmp_path):
+    with Background(toy_engine(tmp_path), ServeSettings(port=0, max_sentence_tokens=5)) as url:
+        page = browser.new_page()
+        page.goto(url + "/")
+        page.click("#go")
+        assert "Type a sentence" in page.inner_text("#status")
+        page.fill("#text", "the children playing outside across green grass")
+        page.click("#go")
+        page.wait_for_selector("#status.error >> text=413")
+        assert page.locator("#translations li").count() == 0

@@ -1,0 +1,44 @@
+"""`transduce serve`: the HTTP API and the page, on loopback unless told otherwise."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+
+def add_verbs(verbs) -> None:
+    from ..serve.settings import HELP, ServeSettings
+
+    p = verbs.add_parser(
+        "serve",
+        help="serve a model over HTTP: a JSON API, metrics and a page to translate",
+        description="Start the ASGI app (FastAPI under uvicorn): POST /v1/translate, "
+        "POST /v1/attention, GET /health, /v1/models, /metrics, /docs, and the page at /. "
+        "Requests that arrive together are decoded together; each limit below is answered "
+        "with its status code and a JSON message.",
+    )
+    p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint file")
+    p.add_argument("--device")
+    p.add_argument("--int8", action="store_true", help="CPU only: int8 linear layers")
+    defaults = ServeSettings()
+    for field in fields(ServeSettings):
+        default = getattr(defaults, field.name)
+        p.add_argument(
+            "--" + field.name.replace("_", "-"),
+            type=type(default),
+            default=default,
+            help=f"{HELP[field.name]} (default: {default})",
+        )
+    p.set_defaults(run=_serve)
+
+
+def _serve(args) -> None:
+    try:
+        from ..serve.engine import Engine
+        from ..serve.server import serve
+    except ImportError as missing:  # reported by main as this verb's error
+        raise ValueError(f"{missing}: pip install 'transduce[serve]'") from missing
+    from ..serve.settings import ServeSettings
+
+    settings = ServeSettings(**{f.name: getattr(args, f.name) for f in fields(ServeSettings)})
+    serve(Engine.load(args.model, args.device, args.int8), settings, quiet=args.quiet)

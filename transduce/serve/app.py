@@ -1,0 +1,57 @@
+"""The ASGI app: `create_app(engine, settings)` wires the routes, the limits, the metrics and
+the one decoding worker, which starts and stops with the app (its lifespan)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+
+from .. import __version__
+from .batcher import Batcher
+from .engine import Engine
+from .limits import Guard, install_error_handlers
+from .metrics import Metrics
+from .page import render_index
+from .routes import router
+from .settings import ServeSettings
+
+DESCRIPTION = """Translation with a Transformer (or the recurrent baseline) trained by transduce.
+Requests that arrive together are decoded together; each answer is what `transduce translate`
+gives for the same sentence and settings."""
+
+
+@dataclass
+class Server:
+    """What the routes reach through `request.app.state.server`."""
+
+    engine: Engine
+    settings: ServeSettings
+    metrics: Metrics
+    batcher: Batcher
+    page: str
+
+
+def create_app(engine: Engine, settings: ServeSettings | None = None) -> FastAPI:
+    settings = settings or ServeSettings()
+    metrics = Metrics()
+    batcher = Batcher(settings, metrics)
+    beam = engine.translator.decode.beam_size
+    page = render_index(engine.name, beam, settings.max_beam)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        yield
+        batcher.stop()
+
+    app = FastAPI(
+        title="transduce", version=__version__, description=DESCRIPTION, lifespan=lifespan
+    )
+    app.state.server = Server(engine, settings, metrics, batcher, page)
+    app.include_router(router)
+    install_error_handlers(app)
+    app.add_middleware(Guard, max_body_bytes=settings.max_body_bytes, metrics=metrics)
+    return app

@@ -1,0 +1,176 @@
+"""Batching across requests: one decoding worker (a thread) takes what has queued up, to a token
+budget or what came within a few milliseconds of the first, and runs each group of jobs that
+share settings as one call, so concurrent requests are decoded together.
+
+A job's result never depends on what it was batched with: a group is one `Translator` call, which
+sorts its sentences by length and decodes them in padded batches, and batched search decodes each
+sentence as it would alone (tests/test_search.py). Work whose request has given up (its time budget
+spent, its client gone) is taken out of the queue and never decoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from .metrics import Metrics
+from .settings import ServeSettings
+
+logger = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The queue holds `max_queue_sentences` already: the request is answered 429."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's work. Jobs with equal `key` are run together: `run` takes their payloads
+    and returns one result per payload, in order."""
+
+    payload: object
+    key: Hashable
+    run: Callable[[list[object]], list[object]]
+    sentences: int
+    tokens: int  # the subwords it adds to a batch
+    deadline: float  # time.monotonic() past which nobody waits for its result
+    future: asyncio.Future
+    arrived: float = field(default_factory=time.monotonic)
+    dropped: str | None = None  # why its request gave up, once it has
+
+
+class Batcher:
+    """The queue and its one decoding worker."""
+
+    def __init__(self, settings: ServeSettings, metrics: Metrics) -> None:
+        self.settings, self.metrics = settings, metrics
+        self._pending: deque[Job] = deque()
+        self._queued_sentences = 0
+        self._changed = threading.Condition()
+        self._closing = False
+        self._worker = threading.Thread(target=self._work, name="transduce-decoder", daemon=True)
+
+    @property
+    def queued(self) -> tuple[int, int]:
+        """(sentences, requests) waiting for the worker."""
+        with self._changed:
+            return self._queued_sentences, len(self._pending)
+
+    def start(self) -> None:
+        self._worker.start()
+
+    def stop(self) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._worker.join(timeout=60)
+
+    def submit(self, job: Job) -> None:
+        """Queue `job`, or raise QueueFull when its sentences would not fit."""
+        with self._changed:
+            if self._queued_sentences + job.sentences > self.settings.max_queue_sentences:
+                raise QueueFull(
+                    f"the queue is full ({self._queued_sentences} sentences waiting, "
+                    f"at most {self.settings.max_queue_sentences})"
+                )
+            self._pending.append(job)
+            self._queued_sentences += job.sentences
+            self._changed.notify_all()
+
+    def withdraw(self, job: Job, reason: str) -> None:
+        """The request has given up: drop the job if it still waits; if it is being decoded,
+        its result is thrown away."""
+        with self._changed:
+            job.dropped = reason
+            if job in self._pending:
+                self._pending.remove(job)
+                self._queued_sentences -= job.sentences
+                self.metrics.count_dropped(reason)
+
+    def _work(self) -> None:
+        while True:
+            taken = self._take()
+            if taken is None:
+                return
+            jobs = self._live(taken)
+            if not jobs:
+                continue
+            self.metrics.observe_batch(sum(job.sentences for job in jobs))
+            for group in _groups(jobs):
+                group = self._live(group)  # a request may give up while another group runs
+                if group:
+                    self._run(group)
+
+    def _take(self) -> list[Job] | None:
+        """Wait for work, then for more until the token budget is met or the first job has
+        waited `batch_wait_ms`; take jobs in arrival order up to the budget (at least one)."""
+        budget = self.settings.batch_tokens
+        with self._changed:
+            while not self._pending and not self._closing:
+                self._changed.wait()
+            if self._closing:
+                return None
+            flush_at = self._pending[0].arrived + self.settings.batch_wait_ms / 1000
+            while sum(job.tokens for job in self._pending) < budget and not self._closing:
+                left = flush_at - time.monotonic()
+                if left <= 0 or not self._pending:
+                    break
+                self._changed.wait(left)
+            taken: list[Job] = []
+            tokens = 0
+            while self._pending and (not taken or tokens + self._pending[0].tokens <= budget):
+                job = self._pending.popleft()
+                self._queued_sentences -= job.sentences
+                tokens += job.tokens
+                taken.append(job)
+            return taken
+
+    def _live(self, jobs: list[Job]) -> list[Job]:
+        """The jobs someone still waits for; the others are dropped, never decoded."""
+        now, live = time.monotonic(), []
+        for job in jobs:
+            if job.dropped is None and now < job.deadline:
+                live.append(job)
+            else:
+                self.metrics.count_dropped(job.dropped or "timeout")
+        return live
+
+    def _run(self, group: list[Job]) -> None:
+        try:
+            results = group[0].run([job.payload for job in group])
+        except Exception as error:  # the worker lives on; each request is told
+            logger.exception("decoding failed")
+            for job in group:
+                _settle(job, None, error)
+            return
+        for job, result in zip(group, results, strict=True):
+            _settle(job, result, None)
+
+
+def _groups(jobs: list[Job]) -> list[list[Job]]:
+    """The jobs by key, each group in arrival order."""
+    groups: dict[Hashable, list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(job.key, []).append(job)
+    return list(groups.values())
+
+
+def _settle(job: Job, result: object, error: BaseException | None) -> None:
+    """Hand the result to the request's event loop (from the worker's thread)."""
+
+    def deliver() -> None:
+        if job.future.done():  # the request gave up meanwhile
+            return
+        if error is None:
+            job.future.set_result(result)
+        else:
+            job.future.set_exception(error)
+
+    with contextlib.suppress(RuntimeError):  # the loop has closed: the server is stopping
+        job.future.get_loop().call_soon_threadsafe(deliver)

@@ -1,0 +1,126 @@
+"""The model behind the server and the work its decoding worker does: translate a group of
+requests that share decoding settings in one `Translator` call, as `transduce translate` would,
+and capture one sentence's attention as the attention views draw it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..config import DecodeConfig
+from ..decoding.translate import Translator
+from ..models import count_parameters
+from ..viz.alignment import align, default_layer, pharaoh
+from ..viz.capture import attention_of_ids, best_translations
+from ..viz.page import page_data
+
+
+class BadRequest(ValueError):
+    """The request cannot be served as asked (answered 422 with this message)."""
+
+
+@dataclass(frozen=True)
+class TranslateWork:
+    lines: list[str]
+    decode: DecodeConfig  # the key: requests with equal settings are decoded together
+    alignments: bool
+
+
+@dataclass(frozen=True)
+class AttentionWork:
+    text: str
+    target: str | None
+    decode: DecodeConfig
+    merge_words: bool
+    layer: int | None
+
+
+class Engine:
+    """A `Translator` with a name, for the server."""
+
+    def __init__(self, translator: Translator, name: str) -> None:
+        self.translator, self.name = translator, name
+
+    @classmethod
+    def load(cls, model: Path | str, device: str | None = None, int8: bool = False) -> Engine:
+        """A run folder or a checkpoint file, named by its folder or file name."""
+        return cls(Translator.load(model, device=device, int8=int8), Path(model).name)
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.translator.model.max_positions
+
+    def describe(self) -> dict:
+        """What `GET /v1/models` says of the model."""
+        translator = self.translator
+        return {
+            "name": self.name,
+            "metric": translator.task.metric,  # the task's: bleu (translation), f1 (parsing)
+            "vocab_size": translator.vocab.size,
+            "parameters": count_parameters(translator.model),
+            "max_positions": self.max_positions,
+            "device": str(translator.device),
+            "decode": {
+                "beam_size": translator.decode.beam_size,
+                "alpha": translator.decode.alpha,
+                "max_len_b": translator.decode.max_len_b,
+                "n_best": translator.decode.n_best,
+            },
+        }
+
+    def token_counts(self, lines: list[str]) -> list[int]:
+        """Each line's subwords with its EOS: the length the model reads."""
+        return [len(ids) + 1 for ids in self.translator.vocab.encode([s.strip() for s in lines])]
+
+    def decode_config(
+        self, beam_size: int | None, n_best: int, max_len_b: int | None
+    ) -> DecodeConfig:
+        """The run's decoding settings with the request's; BadRequest if they do not fit."""
+        given = {"beam_size": beam_size, "max_len_b": max_len_b}
+        settings = {k: v for k, v in given.items() if v is not None}
+        beam = settings.get("beam_size", self.translator.decode.beam_size)
+        if n_best > beam:
+            raise BadRequest(f"n_best={n_best} exceeds the beam size {beam}")
+        return replace(self.translator.decode, n_best=n_best, **settings)
+
+    def translate(self, works: list[TranslateWork]) -> list[list[list[dict]]]:
+        """Translate every request's lines in one call (they share `decode`); per request, per
+        line, its n-best as {"text", "score"} and, if asked, "alignment" (Pharaoh)."""
+        lines = [line for work in works for line in work.lines]
+        found = self.translator.hypotheses(lines, works[0].decode)
+        results, start = [], 0
+        for work in works:
+            mine = found[start : start + len(work.lines)]
+            start += len(work.lines)
+            pairs = zip(work.lines, mine, strict=True)
+            results.append([self._outputs(line, hyps, work) for line, hyps in pairs])
+        return results
+
+    def _outputs(self, line: str, hypotheses: list, work: TranslateWork) -> list[dict]:
+        outputs = [{"text": text, "score": h.score} for text, h in hypotheses]
+        if work.alignments:
+            src_ids = self.translator.vocab.encode([line.strip()])[0]
+            for output, (_, h) in zip(outputs, hypotheses, strict=True):
+                words = attention_of_ids(self.translator, src_ids, h.tokens, merge_words=True)
+                output["alignment"] = pharaoh(align(words))
+        return outputs
+
+    def attention(self, works: list[AttentionWork]) -> list[dict]:
+        """Each sentence's attention as `page_data` writes it for the attention page."""
+        return [self._attention(work) for work in works]
+
+    def _attention(self, work: AttentionWork) -> dict:
+        vocab = self.translator.vocab
+        src_ids = vocab.encode([work.text.strip()])[0]
+        if work.target is None:
+            tgt_ids = best_translations(self.translator, [src_ids], work.decode)[0]
+        else:
+            tgt_ids = vocab.encode([work.target.strip()])[0]
+        attention = attention_of_ids(self.translator, src_ids, tgt_ids, work.merge_words)
+        n_layers = attention.n_layers
+        layer = default_layer(n_layers) if work.layer is None else work.layer
+        if not 0 <= layer < n_layers:
+            raise BadRequest(
+                f"layer {layer} out of range: the model has layers 0 to {n_layers - 1}"
+            )
+        return page_data(attention, layer)

@@ -1,0 +1,119 @@
+"""Limits and bad input, each answered with its status and a JSON `{"detail": ...}`: a body over
+the size limit (413, counted as it arrives, so a body without Content-Length is held to it too),
+malformed JSON or invalid UTF-8 (400), a well-formed body of the wrong shape (422), and any
+failure of ours (500), after which the server keeps serving. The request counter and latency of
+`/metrics` are taken here too, around every request."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body exceeds {limit} bytes")
+
+
+class Guard:
+    """ASGI middleware: the body size limit, and each request's status and latency counted."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: Metrics) -> None:
+        self.app, self.limit, self.metrics = app, max_body_bytes, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), [500]
+        scope.setdefault("state", {})["arrived"] = started  # the time budget starts here
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            declared = _content_length(scope)
+            if declared is not None and declared > self.limit:  # refused before it is read
+                await _problem(413, BodyTooLarge(self.limit).detail)(scope, receive, sending)
+            else:
+                await self.app(scope, self._counted(receive), sending)
+        finally:
+            seconds = time.perf_counter() - started
+            self.metrics.observe_request(scope["path"], status[0], seconds)
+
+    def _counted(self, receive: Receive) -> Receive:
+        """`receive`, raising BodyTooLarge once the body passes the limit."""
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise BodyTooLarge(self.limit)
+            return message
+
+        return counted
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _problem(status: int, detail: str, headers: dict | None = None, **extra) -> JSONResponse:
+    return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _failure)
+
+
+async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+    """Malformed JSON: 400; valid JSON of the wrong shape: 422, each problem named."""
+    errors = error.errors()
+    for problem in errors:
+        if problem.get("type") == "json_invalid":
+            reason = problem.get("ctx", {}).get("error", "")
+            return _problem(400, f"malformed JSON: {reason}".rstrip(": "))
+    named = [
+        {"loc": [str(part) for part in problem.get("loc", ())], "msg": problem.get("msg", "")}
+        for problem in errors
+    ]
+    summary = "; ".join(f"{'.'.join(p['loc'][1:]) or 'body'}: {p['msg']}" for p in named)
+    return _problem(422, f"invalid request: {summary}", errors=named)
+
+
+async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+    detail = error.detail
+    if error.status_code == 400 and isinstance(error.__cause__, UnicodeDecodeError):
+        detail = "the body is not valid UTF-8"
+    elif error.status_code == 400 and isinstance(error.__cause__, json.JSONDecodeError):
+        detail = "malformed JSON"
+    return _problem(error.status_code, str(detail), getattr(error, "headers", None))
+
+
+async def _failure(request: Request, error: Exception) -> JSONResponse:
+    logger.exception("%s %s failed", request.method, request.url.path, exc_info=error)
+    return _problem(500, f"internal error: {type(error).__name__}")

@@ -1,0 +1,178 @@
+"""The endpoints: `POST /v1/translate`, `POST /v1/attention`, `GET /health`, `GET /v1/models`,
+`GET /metrics` and the page at `/`. Decoding goes through the batching worker; a request waits
+for its result, its time budget or its client's departure, whichever comes first."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.exceptions import HTTPException
+
+from .batcher import Job, QueueFull
+from .engine import AttentionWork, BadRequest, TranslateWork
+from .schemas import (
+    AttentionRequest,
+    AttentionResponse,
+    Health,
+    ModelList,
+    Problem,
+    TranslateRequest,
+    TranslateResponse,
+)
+
+router = APIRouter()
+
+ERRORS = {
+    code: {"model": Problem, "description": why}
+    for code, why in {
+        400: "malformed JSON, or a body that is not UTF-8",
+        413: "a body, a sentence or a list of sentences over its limit",
+        422: "valid JSON of the wrong shape: a wrong type, an empty sentence, an option too large",
+        429: "the queue is full: try again after Retry-After seconds",
+        504: "the request's time budget ran out; its work was dropped",
+    }.items()
+}
+
+
+@router.get("/health", response_model=Health)
+async def health(request: Request) -> Health:
+    server = request.app.state.server
+    return Health(status="ok", model=server.engine.name, queued_sentences=server.batcher.queued[0])
+
+
+@router.get("/v1/models", response_model=ModelList)
+async def models(request: Request) -> dict:
+    return {"models": [request.app.state.server.engine.describe()]}
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+async def metrics(request: Request) -> PlainTextResponse:
+    server = request.app.state.server
+    text = server.metrics.render(*server.batcher.queued)
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.get("/", response_class=HTMLResponse, include_in_schema=False)
+async def page(request: Request) -> HTMLResponse:
+    return HTMLResponse(request.app.state.server.page)
+
+
+@router.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS)
+async def translate(body: TranslateRequest, request: Request) -> TranslateResponse | Response:
+    """Translate `text` or `texts`: beam search as `transduce translate` does, batched with
+    whatever other requests are waiting."""
+    server, started = request.app.state.server, _arrival(request)
+    lines = body.lines
+    if len(lines) > server.settings.max_sentences:
+        raise HTTPException(413, f"{len(lines)} sentences; at most {server.settings.max_sentences}")
+    decode = _decode_settings(server, body.beam_size, body.n_best, body.max_len_b)
+    tokens = _checked_lengths(server, lines)
+    work = TranslateWork(lines, decode, body.alignments)
+    job = _job(server, work, ("translate", decode), server.engine.translate, len(lines), tokens)
+    found = await _result_of(request, server, job, started)
+    if isinstance(found, Response):
+        return found
+    translations = [
+        {**outputs[0], "n_best": outputs}
+        for outputs in found  # the first is the best
+    ]
+    return TranslateResponse(
+        model=server.engine.name, translations=translations, time_ms=_elapsed_ms(started)
+    )
+
+
+@router.post("/v1/attention", response_model=AttentionResponse, responses=ERRORS)
+async def attention(body: AttentionRequest, request: Request) -> AttentionResponse | Response:
+    """One sentence's attention weights, as the attention page draws them: per kind of
+    attention, the query and key labels and every layer's [head][query][key] weights."""
+    server, started = request.app.state.server, _arrival(request)
+    sentences = [body.text] if body.target is None else [body.text, body.target]
+    tokens = _checked_lengths(server, sentences)
+    decode = _decode_settings(server, body.beam_size, 1, None)
+    work = AttentionWork(body.text, body.target, decode, body.merge_words, body.layer)
+    job = _job(server, work, object(), server.engine.attention, 1, tokens)  # never merged
+    found = await _result_of(request, server, job, started)
+    if isinstance(found, Response):
+        return found
+    return AttentionResponse(model=server.engine.name, time_ms=_elapsed_ms(started), **found)
+
+
+def _arrival(request: Request) -> float:
+    return getattr(request.state, "arrived", None) or time.perf_counter()
+
+
+def _elapsed_ms(started: float) -> float:
+    return round(1000 * (time.perf_counter() - started), 3)
+
+
+def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int | None):
+    settings = server.settings
+    if beam_size is not None and beam_size > settings.max_beam:
+        raise HTTPException(422, f"beam_size={beam_size} exceeds the limit {settings.max_beam}")
+    if max_len_b is not None and max_len_b > settings.max_len_b:
+        raise HTTPException(422, f"max_len_b={max_len_b} exceeds the limit {settings.max_len_b}")
+    try:
+        return server.engine.decode_config(beam_size, n_best, max_len_b)
+    except BadRequest as error:
+        raise HTTPException(422, str(error)) from error
+
+
+def _checked_lengths(server, lines: list[str]) -> int:
+    """The lines' subwords in all (EOS included); 413 for a line over the limit."""
+    limit = server.settings.max_sentence_tokens
+    if server.engine.max_positions is not None:
+        limit = min(limit, server.engine.max_positions)
+    counts = server.engine.token_counts(lines)
+    for number, count in enumerate(counts):
+        if count > limit:
+            raise HTTPException(
+                413, f"sentence {number} has {count} subwords (EOS included); at most {limit}"
+            )
+    return sum(counts)
+
+
+def _job(server, payload, key, run, sentences: int, tokens: int) -> Job:
+    deadline = time.monotonic() + server.settings.request_timeout_s
+    future = asyncio.get_running_loop().create_future()
+    return Job(payload, key, run, sentences, tokens, deadline, future)
+
+
+async def _result_of(request: Request, server, job: Job, started: float):
+    """The job's result; a Response when the client has gone; 429, 504 and 422 raised."""
+    try:
+        server.batcher.submit(job)
+    except QueueFull as full:
+        headers = {"Retry-After": str(server.settings.retry_after_s)}
+        raise HTTPException(429, str(full), headers=headers) from full
+    budget = server.settings.request_timeout_s - (time.perf_counter() - started)
+    gone = asyncio.ensure_future(_departure(request))
+    try:
+        done, _ = await asyncio.wait(
+            {job.future, gone}, timeout=max(budget, 0), return_when="FIRST_COMPLETED"
+        )
+    finally:
+        gone.cancel()
+    if job.future in done:
+        try:
+            return job.future.result()
+        except BadRequest as error:
+            raise HTTPException(422, str(error)) from error
+    job.future.cancel()
+    if gone in done:
+        server.batcher.withdraw(job, "disconnected")
+        return Response(status_code=499)  # nobody reads it: nginx's "client closed request"
+    server.batcher.withdraw(job, "timeout")
+    budget = server.settings.request_timeout_s
+    raise HTTPException(504, f"no result within the time budget of {budget} s; work dropped")
+
+
+async def _departure(request: Request) -> None:
+    """Returns when the client disconnects (the body has been read: nothing else can come)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+        await asyncio.sleep(0.05)  # a server that answers at once with empty bodies: poll

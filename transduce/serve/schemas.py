@@ -1,0 +1,127 @@
+"""The JSON the API reads and writes, as pydantic models: FastAPI validates requests with them
+(a wrong type, a missing or unknown field, an empty sentence: 422) and writes the OpenAPI schema
+from them. Limits that depend on the server's settings are checked by the routes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+
+
+def _a_sentence(text: str) -> str:
+    if not text.strip():
+        raise ValueError("a sentence may not be empty or only spaces")
+    try:
+        text.encode("utf-8")  # JSON's \ud800 escapes decode to lone surrogates, not Unicode
+    except UnicodeEncodeError as error:
+        raise ValueError("a sentence must be valid Unicode (no lone surrogates)") from error
+    return text
+
+
+Sentence = Annotated[StrictStr, AfterValidator(_a_sentence)]
+
+
+class TranslateRequest(BaseModel):
+    """`text` (one sentence) or `texts` (several); unset options take the model's own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: Sentence | None = Field(None, examples=["a dog runs across the grass ."])
+    texts: list[Sentence] | None = Field(None, min_length=1)
+    beam_size: StrictInt | None = Field(None, ge=1, description="1 is greedy search")
+    n_best: StrictInt = Field(1, ge=1, description="hypotheses per sentence, at most beam_size")
+    max_len_b: StrictInt | None = Field(None, ge=1, description="output <= input + max_len_b")
+    alignments: StrictBool = Field(False, description="Pharaoh word alignments of each output")
+
+    @model_validator(mode="after")
+    def _one_of_text_and_texts(self) -> TranslateRequest:
+        if (self.text is None) == (self.texts is None):
+            raise ValueError("give either `text` (one sentence) or `texts` (a list), not both")
+        return self
+
+    @property
+    def lines(self) -> list[str]:
+        return [self.text] if self.text is not None else list(self.texts or [])
+
+
+class Candidate(BaseModel):
+    text: str
+    score: float = Field(description="log P / length penalty, as beam search ranks it")
+    alignment: str | None = Field(None, description="'0-0 1-2 ...': source-target word pairs")
+
+
+class Translation(BaseModel):
+    text: str = Field(description="the best translation")
+    score: float
+    alignment: str | None = None
+    n_best: list[Candidate] = Field(description="the n best, best first (the first is the above)")
+
+
+class TranslateResponse(BaseModel):
+    model: str
+    translations: list[Translation] = Field(description="one per sentence, in request order")
+    time_ms: float = Field(description="from the request's arrival to its answer")
+
+
+class AttentionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: Sentence
+    target: Sentence | None = Field(None, description="default: the model's own translation")
+    beam_size: StrictInt | None = Field(None, ge=1)
+    merge_words: StrictBool = Field(True, description="sub-words merged into words")
+    layer: StrictInt | None = Field(None, ge=0, description="the layer shown first")
+
+
+class View(BaseModel):
+    queries: list[str]
+    keys: list[str]
+    queryName: str  # the attention page's names
+    keyName: str
+    layers: list[list[list[list[float]]]] = Field(description="[layer][head][query][key]")
+
+
+class AttentionResponse(BaseModel):
+    model: str
+    source: str
+    translation: str
+    layer: int
+    views: dict[Literal["encoder", "decoder", "cross"], View]
+    time_ms: float
+
+
+class ModelInfo(BaseModel):
+    name: str
+    metric: str
+    vocab_size: int
+    parameters: int
+    max_positions: int | None
+    device: str
+    decode: dict[str, float | int]
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    model: str
+    queued_sentences: int
+
+
+class Problem(BaseModel):
+    """Every error's body."""
+
+    detail: str
+    errors: list[dict] | None = Field(None, description="for 422: each field's problem")
