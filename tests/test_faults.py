@@ -46,7 +46,9 @@ def toy_data(tmp_path_factory) -> Path:
     return data.path
 
 
-def _train_command(data: Path, out: Path, *settings: str, launcher=()) -> list[str]:
+def _train_command(
+    data: Path, out: Path, *settings: str, launcher=(), preset="tiny", toy=TOY
+) -> list[str]:
     return [
         *(launcher or [sys.executable, "-m"]),
         "transduce",
@@ -55,13 +57,13 @@ def _train_command(data: Path, out: Path, *settings: str, launcher=()) -> list[s
         "--data",
         str(data),
         "--preset",
-        "tiny",
+        preset,
         "--out",
         str(out),
         "--device",  # gloo on the CPU: the same on any machine, one GPU or none
         "cpu",
         "--set",
-        *TOY,
+        *toy,
         *settings,
     ]
 
@@ -108,6 +110,43 @@ def test_two_processes_equal_one_process_with_twice_the_accumulation(toy_data, t
         atol=1e-4,
     )
     assert load(CheckpointStore(tmp_path / "two", 3).path(4))["progress"]["world"] == 2
+
+
+RNN_TOY = as_set_arguments(
+    {
+        "model.n_layers": 1,
+        "model.d_model": 16,
+        "model.d_embed": 16,
+        "model.dropout": 0.0,
+        "data.max_tokens": 200,
+        "train.plateau_patience": 1,  # the rate may halve within the run, on every process alike
+        "train.log_every": 2,
+        "train.keep_last": 3,
+        "train.average_last": 2,
+        "train.valid_bleu": "false",
+        "train.threads": 1,
+    }
+)
+
+
+@pytest.mark.slow
+def test_the_recurrent_family_trains_on_two_processes_as_on_one(toy_data, tmp_path):
+    settings = ["train.max_steps=4", "train.valid_every=1"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    torchrun += ["--nproc_per_node", "2", "-m"]
+    for name, accumulate, launcher in (("two", 1, torchrun), ("one", 2, ())):
+        command = _train_command(
+            toy_data, tmp_path / name, *settings, f"train.accumulate={accumulate}",
+            launcher=launcher, preset="rnn-tiny", toy=RNN_TOY,
+        )  # fmt: skip
+        subprocess.run(command, check=True, timeout=300)
+    two, one = _model(tmp_path / "two", 4), _model(tmp_path / "one", 4)
+    assert set(two) == set(one) and any("rnn" in name for name in one)
+    for name, tensor in one.items():
+        torch.testing.assert_close(two[name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+    states = [load(CheckpointStore(tmp_path / n, 3).path(4)) for n in ("two", "one")]
+    assert states[0]["progress"]["world"] == 2
+    assert states[0]["schedule"] == states[1]["schedule"]  # the plateau's state, rank 0's
 
 
 @pytest.mark.slow
