@@ -164,12 +164,13 @@ def _table(results: list[RunResult]) -> str:
     for name in dict.fromkeys(r.model for r in results):
         runs = [r for r in results if r.model == name]
         scores = [r.test_score for r in runs]
-        spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
+        # One seed has no spread to show: "± 0.00" would claim a measured one.
+        spread = f" ± {statistics.stdev(scores):.2f}" if len(scores) > 1 else " (one seed)"
         rows.append(
             f"| {name} | {runs[0].parameters / 1e6:.2f}M | {len(runs)} "
             f"| {statistics.mean(r.updates for r in runs):,.0f} "
             f"| {statistics.mean(r.tokens_per_second for r in runs):,.0f} "
-            f"| {statistics.mean(scores):.2f} ± {spread:.2f} "
+            f"| {statistics.mean(scores):.2f}{spread} "
             f"| {', '.join(sorted({r.checkpoint for r in runs}))} |"
         )
     signatures = sorted({r.signature for r in results})
