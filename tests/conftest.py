@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,18 @@ def save_toy_model(folder: Path, decode=None) -> Path:
     }
     save(state, path)
     return path
+
+
+# Debian's chromium package, driven by Playwright: never a browser download (CI installs it).
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip("no chromium binary (Debian: apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package")
+    with playwright.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()

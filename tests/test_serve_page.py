@@ -4,7 +4,6 @@ fetched from anywhere but the server itself."""
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import replace
 
 import pytest
@@ -16,19 +15,7 @@ from transduce.serve.settings import ServeSettings
 
 from .serving import DECODE, toy_engine
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SENTENCE = "the children playing outside"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if CHROMIUM is None:
-        pytest.skip("no chromium binary (Debian: apt-get install chromium)")
-    playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package")
-    with playwright.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
 
 
 def test_the_page_translates_and_draws_the_attention_offline(browser, tmp_path):

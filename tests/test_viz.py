@@ -3,7 +3,6 @@ PNG figures are drawn, and the HTML page works in a real browser; for the Transf
 family with only cross attention (the scripted fake), through the same code."""
 
 import json
-import shutil
 from pathlib import Path
 
 import matplotlib.image
@@ -19,7 +18,6 @@ from .conftest import BOS, EOS, PAD, save_toy_model, tiny_model, tiny_rnn, toy_t
 from .fakes import ScriptedSeq2Seq
 
 SENTENCE = "the children playing outside"  # "outside" is several pieces in the toy BPE
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def _family(name: str, vocab_size: int = 12):
@@ -166,17 +164,6 @@ def test_the_attention_verb_draws_a_saved_model(tmp_path, capsys):
     with pytest.raises(SystemExit, match="layers 0 to 1"):
         main(["attention", "--model", str(model), "--sentence", SENTENCE, "--out",
               str(tmp_path / "o"), "--layer", "2"])  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if CHROMIUM is None:
-        pytest.skip("no chromium binary (Debian: apt-get install chromium)")
-    playwright = pytest.importorskip("playwright.sync_api", reason="the playwright package")
-    with playwright.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
 
 
 def _open(browser, path: Path):
