@@ -114,6 +114,18 @@ def reverse_task_files(folder: Path, n_train: int = 3000, n_dev: int = 40, seed:
 TOY_WORDS = ["the", "dog", "runs", "across", "green", "grass", "children", "playing", "outside"]
 
 
+def small_reverse_data(folder: Path):
+    """The reversal task prepared small (200 training pairs, 6 dev, a 16-piece vocabulary): enough
+    for the experiment runners to train, score and report in seconds."""
+    from transduce.data.corpus import LengthFilter
+    from transduce.data.dataset import prepare
+
+    splits = reverse_task_files(folder, n_train=200, n_dev=6)
+    return prepare(
+        splits, folder / "data", vocab_size=16, length_filter=LengthFilter(), description={}
+    )
+
+
 def toy_vocab(folder: Path, vocab_size: int = 60):
     """A sentencepiece BPE trained on sentences of TOY_WORDS; some words stay in pieces."""
     import random

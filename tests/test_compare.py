@@ -6,12 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from transduce.data.corpus import LengthFilter
-from transduce.data.dataset import prepare
 from transduce.experiments import compare as compare_module
 from transduce.experiments.compare import compare
 
-from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files
+from .conftest import PLUMBING_MODEL, as_set_arguments, small_reverse_data
 
 SMALL_RNN = {"model.n_layers": 1, "model.d_model": 16, "model.d_embed": 16, "data.max_tokens": 300}
 QUICK = {"train.valid_every": 3, "train.keep_last": 2, "train.average_last": 2}
@@ -19,11 +17,7 @@ QUICK = {"train.valid_every": 3, "train.keep_last": 2, "train.average_last": 2}
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("compare")
-    splits = reverse_task_files(folder, n_train=200, n_dev=6)
-    return prepare(
-        splits, folder / "data", vocab_size=16, length_filter=LengthFilter(), description={}
-    )
+    return small_reverse_data(tmp_path_factory.mktemp("compare"))
 
 
 def test_both_models_are_trained_scored_and_reported_and_not_trained_twice(

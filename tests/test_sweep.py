@@ -8,14 +8,12 @@ import json
 import pytest
 
 from transduce.cli import main
-from transduce.data.corpus import LengthFilter
-from transduce.data.dataset import prepare
 from transduce.experiments import sweep as sweep_module
 from transduce.experiments.sweep import RunResult, sweep, sweep_base
 from transduce.experiments.table3 import ROW_NAMES, CannotScale, row_config
 from transduce.presets import big, preset
 
-from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files
+from .conftest import PLUMBING_MODEL, as_set_arguments, small_reverse_data
 
 # What each row of the paper's Table 3 names (the cells it fills in), in our field names.
 HEADS = frozenset({"model.h", "model.d_k", "model.d_v"})
@@ -110,11 +108,7 @@ ROWS = ["base", "A2", "B1", "D3"]
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("sweep")
-    splits = reverse_task_files(folder, n_train=200, n_dev=6)
-    return prepare(
-        splits, folder / "data", vocab_size=16, length_filter=LengthFilter(), description={}
-    )
+    return small_reverse_data(tmp_path_factory.mktemp("sweep"))
 
 
 def test_a_failed_row_is_reported_and_a_resumed_sweep_trains_only_what_is_unfinished(

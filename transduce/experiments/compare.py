@@ -126,13 +126,11 @@ def dev_chosen_checkpoint(
     NLLs by file name. Averaging checkpoints that span a short run's fast early change can make
     a model worse than its last state (the recurrent model most: its weights are not averaged
     along one basin); the dev set, not the test set, decides which one is scored."""
-    store = CheckpointStore(run_dir, keep_last=1)
-    candidates = [run_dir / AVERAGE_FILE, store.path(store.steps()[-1])]
-    nll = {}
+    candidates = [run_dir / AVERAGE_FILE, *CheckpointStore(run_dir, keep_last=1).last_paths(1)]
+    target, nll = pick_device(device), {}
     for path in candidates:
         saved = load_model(run_dir, path)
-        model = saved.model.to(pick_device(device))
-        found = dev_loss(model, data, saved.config, pick_device(device), nullcontext)
+        found = dev_loss(saved.model.to(target), data, saved.config, target, nullcontext)
         nll[path.name] = found["nll"]
     return min(candidates, key=lambda path: nll[path.name]), nll
 
