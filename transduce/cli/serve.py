@@ -20,6 +20,17 @@ def add_verbs(verbs) -> None:
     p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint file")
     p.add_argument("--device")
     p.add_argument("--int8", action="store_true", help="CPU only: int8 linear layers")
+    p.add_argument(
+        "--decoder",
+        choices=("process", "thread"),
+        default="process",
+        help="where the model decodes: a process of its own, so that HTTP and decoding do not "
+        "share one interpreter lock (default), or a thread of the server's process (one copy "
+        "of the model fewer in memory; slower under many concurrent requests)",
+    )
+    p.add_argument(
+        "--threads", type=int, help="torch threads for decoding (default: torch's own choice)"
+    )
     defaults = ServeSettings()
     for field in fields(ServeSettings):
         default = getattr(defaults, field.name)
@@ -36,9 +47,20 @@ def _serve(args) -> None:
     try:
         from ..serve.engine import Engine
         from ..serve.server import serve
+        from ..serve.worker import DecoderProcess
     except ImportError as missing:  # reported by main as this verb's error
         raise ValueError(f"{missing}: pip install 'transduce[serve]'") from missing
     from ..serve.settings import ServeSettings
 
     settings = ServeSettings(**{f.name: getattr(args, f.name) for f in fields(ServeSettings)})
-    serve(Engine.load(args.model, args.device, args.int8), settings, quiet=args.quiet)
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, not {args.threads}")
+    if args.decoder == "process":
+        engine = DecoderProcess(args.model, args.device, args.int8, args.threads)
+    else:
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        engine = Engine.load(args.model, args.device, args.int8)
+    serve(engine, settings, quiet=args.quiet)

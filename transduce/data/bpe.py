@@ -46,6 +46,9 @@ class Vocab:
         processor.LoadFromSerializedProto(model)
         return cls(processor)
 
+    def __reduce__(self):  # pickled as its model's bytes, e.g. to the server's decoding process
+        return (Vocab.from_bytes, (self.serialized,))
+
     @property
     def serialized(self) -> bytes:
         return self._sp.serialized_model_proto()

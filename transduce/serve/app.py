@@ -1,5 +1,7 @@
 """The ASGI app: `create_app(engine, settings)` wires the routes, the limits, the metrics and
-the one decoding worker, which starts and stops with the app (its lifespan)."""
+the one decoding worker, which starts and stops with the app (its lifespan). The engine is an
+`Engine` (decoding in a thread of this process) or a `DecoderProcess` (in a process of its own,
+what `transduce serve` runs); the routes check requests with its `facts` alone."""
 
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ from fastapi import FastAPI
 
 from .. import __version__
 from .batcher import Batcher
-from .engine import Engine
+from .engine import Engine, ModelFacts
 from .limits import Guard, install_error_handlers
 from .metrics import Metrics
 from .page import render_index
 from .routes import router
 from .settings import ServeSettings
+from .worker import DecoderProcess
 
 DESCRIPTION = """Translation with a Transformer (or the recurrent baseline) trained by transduce.
 Requests that arrive together are decoded together; each answer is what `transduce translate`
@@ -27,19 +30,20 @@ gives for the same sentence and settings."""
 class Server:
     """What the routes reach through `request.app.state.server`."""
 
-    engine: Engine
+    engine: Engine | DecoderProcess  # translate(works), attention(works)
+    facts: ModelFacts
     settings: ServeSettings
     metrics: Metrics
     batcher: Batcher
     page: str
 
 
-def create_app(engine: Engine, settings: ServeSettings | None = None) -> FastAPI:
+def create_app(engine: Engine | DecoderProcess, settings: ServeSettings | None = None) -> FastAPI:
     settings = settings or ServeSettings()
     metrics = Metrics()
     batcher = Batcher(settings, metrics)
-    beam = engine.translator.decode.beam_size
-    page = render_index(engine.name, beam, settings.max_beam)
+    facts = engine.facts
+    page = render_index(facts.name, facts.decode.beam_size, settings.max_beam)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -50,7 +54,7 @@ def create_app(engine: Engine, settings: ServeSettings | None = None) -> FastAPI
     app = FastAPI(
         title="transduce", version=__version__, description=DESCRIPTION, lifespan=lifespan
     )
-    app.state.server = Server(engine, settings, metrics, batcher, page)
+    app.state.server = Server(engine, facts, settings, metrics, batcher, page)
     app.include_router(router)
     install_error_handlers(app)
     app.add_middleware(Guard, max_body_bytes=settings.max_body_bytes, metrics=metrics)

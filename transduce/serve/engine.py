@@ -1,6 +1,9 @@
 """The model behind the server and the work its decoding worker does: translate a group of
 requests that share decoding settings in one `Translator` call, as `transduce translate` would,
-and capture one sentence's attention as the attention views draw it."""
+and capture one sentence's attention as the attention views draw it.
+
+`ModelFacts` is what the front of the server needs to check and describe requests without the
+model: with the decoding worker in a process of its own (worker.py), only the facts cross over."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..config import DecodeConfig
+from ..data.bpe import Vocab
 from ..decoding.translate import Translator
 from ..models import count_parameters
 from ..viz.alignment import align, default_layer, pharaoh
@@ -35,11 +39,42 @@ class AttentionWork:
     layer: int | None
 
 
+@dataclass(frozen=True)
+class ModelFacts:
+    """The served model's name, description, vocabulary and decoding settings: enough to count a
+    request's subwords, settle its decoding settings and describe the model (`GET /v1/models`)."""
+
+    name: str
+    description: dict
+    vocab: Vocab
+    decode: DecodeConfig  # the run's own
+    max_positions: int | None
+
+    def token_counts(self, lines: list[str]) -> list[int]:
+        """Each line's subwords with its EOS: the length the model reads."""
+        return [len(ids) + 1 for ids in self.vocab.encode([s.strip() for s in lines])]
+
+    def decode_config(
+        self, beam_size: int | None, n_best: int, max_len_b: int | None
+    ) -> DecodeConfig:
+        """The run's decoding settings with the request's; BadRequest if they do not fit."""
+        given = {"beam_size": beam_size, "max_len_b": max_len_b}
+        settings = {k: v for k, v in given.items() if v is not None}
+        beam = settings.get("beam_size", self.decode.beam_size)
+        if n_best > beam:
+            raise BadRequest(f"n_best={n_best} exceeds the beam size {beam}")
+        return replace(self.decode, n_best=n_best, **settings)
+
+
 class Engine:
-    """A `Translator` with a name, for the server."""
+    """A `Translator` with a name, for the server: the decoding worker's `translate` and
+    `attention`, and the model's `facts`."""
 
     def __init__(self, translator: Translator, name: str) -> None:
         self.translator, self.name = translator, name
+        self.facts = ModelFacts(
+            name, self._describe(), translator.vocab, translator.decode, self.max_positions
+        )
 
     @classmethod
     def load(cls, model: Path | str, device: str | None = None, int8: bool = False) -> Engine:
@@ -50,7 +85,7 @@ class Engine:
     def max_positions(self) -> int | None:
         return self.translator.model.max_positions
 
-    def describe(self) -> dict:
+    def _describe(self) -> dict:
         """What `GET /v1/models` says of the model."""
         translator = self.translator
         return {
@@ -67,21 +102,6 @@ class Engine:
                 "n_best": translator.decode.n_best,
             },
         }
-
-    def token_counts(self, lines: list[str]) -> list[int]:
-        """Each line's subwords with its EOS: the length the model reads."""
-        return [len(ids) + 1 for ids in self.translator.vocab.encode([s.strip() for s in lines])]
-
-    def decode_config(
-        self, beam_size: int | None, n_best: int, max_len_b: int | None
-    ) -> DecodeConfig:
-        """The run's decoding settings with the request's; BadRequest if they do not fit."""
-        given = {"beam_size": beam_size, "max_len_b": max_len_b}
-        settings = {k: v for k, v in given.items() if v is not None}
-        beam = settings.get("beam_size", self.translator.decode.beam_size)
-        if n_best > beam:
-            raise BadRequest(f"n_best={n_best} exceeds the beam size {beam}")
-        return replace(self.translator.decode, n_best=n_best, **settings)
 
     def translate(self, works: list[TranslateWork]) -> list[list[list[dict]]]:
         """Translate every request's lines in one call (they share `decode`); per request, per

@@ -22,6 +22,7 @@ from .schemas import (
     TranslateRequest,
     TranslateResponse,
 )
+from .worker import DecoderRestarted
 
 router = APIRouter()
 
@@ -32,6 +33,7 @@ ERRORS = {
         413: "a body, a sentence or a list of sentences over its limit",
         422: "valid JSON of the wrong shape: a wrong type, an empty sentence, an option too large",
         429: "the queue is full: try again after Retry-After seconds",
+        503: "the decoding process died with this request's work and was restarted: send it again",
         504: "the request's time budget ran out; its work was dropped",
     }.items()
 }
@@ -40,12 +42,12 @@ ERRORS = {
 @router.get("/health", response_model=Health)
 async def health(request: Request) -> Health:
     server = request.app.state.server
-    return Health(status="ok", model=server.engine.name, queued_sentences=server.batcher.queued[0])
+    return Health(status="ok", model=server.facts.name, queued_sentences=server.batcher.queued[0])
 
 
 @router.get("/v1/models", response_model=ModelList)
 async def models(request: Request) -> dict:
-    return {"models": [request.app.state.server.engine.describe()]}
+    return {"models": [request.app.state.server.facts.description]}
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
@@ -80,7 +82,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
         for outputs in found  # the first is the best
     ]
     return TranslateResponse(
-        model=server.engine.name, translations=translations, time_ms=_elapsed_ms(started)
+        model=server.facts.name, translations=translations, time_ms=_elapsed_ms(started)
     )
 
 
@@ -97,7 +99,7 @@ async def attention(body: AttentionRequest, request: Request) -> AttentionRespon
     found = await _result_of(request, server, job, started)
     if isinstance(found, Response):
         return found
-    return AttentionResponse(model=server.engine.name, time_ms=_elapsed_ms(started), **found)
+    return AttentionResponse(model=server.facts.name, time_ms=_elapsed_ms(started), **found)
 
 
 def _arrival(request: Request) -> float:
@@ -115,7 +117,7 @@ def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int 
     if max_len_b is not None and max_len_b > settings.max_len_b:
         raise HTTPException(422, f"max_len_b={max_len_b} exceeds the limit {settings.max_len_b}")
     try:
-        return server.engine.decode_config(beam_size, n_best, max_len_b)
+        return server.facts.decode_config(beam_size, n_best, max_len_b)
     except BadRequest as error:
         raise HTTPException(422, str(error)) from error
 
@@ -123,9 +125,9 @@ def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int 
 def _checked_lengths(server, lines: list[str]) -> int:
     """The lines' subwords in all (EOS included); 413 for a line over the limit."""
     limit = server.settings.max_sentence_tokens
-    if server.engine.max_positions is not None:
-        limit = min(limit, server.engine.max_positions)
-    counts = server.engine.token_counts(lines)
+    if server.facts.max_positions is not None:
+        limit = min(limit, server.facts.max_positions)
+    counts = server.facts.token_counts(lines)
     for number, count in enumerate(counts):
         if count > limit:
             raise HTTPException(
@@ -160,6 +162,9 @@ async def _result_of(request: Request, server, job: Job, started: float):
             return job.future.result()
         except BadRequest as error:
             raise HTTPException(422, str(error)) from error
+        except DecoderRestarted as error:
+            headers = {"Retry-After": str(server.settings.retry_after_s)}
+            raise HTTPException(503, str(error), headers=headers) from error
     job.future.cancel()
     if gone in done:
         server.batcher.withdraw(job, "disconnected")

@@ -12,29 +12,37 @@ import uvicorn
 from .app import create_app
 from .engine import Engine
 from .settings import ServeSettings
+from .worker import DecoderProcess
 
 # Idle keep-alive connections are closed after this long: long enough that a client's next request
 # seldom meets the server closing its connection (which the client sees as an error).
 KEEP_ALIVE_S = 30
 
 
-def serve(engine: Engine, settings: ServeSettings, quiet: bool = False) -> None:
-    """Serve until interrupted; `quiet`: warnings only, no line per request."""
-    uvicorn.run(
-        create_app(engine, settings),
-        host=settings.host,
-        port=settings.port,
-        log_level="warning" if quiet else "info",
-        access_log=not quiet,
-        timeout_keep_alive=KEEP_ALIVE_S,
-    )
+def serve(engine: Engine | DecoderProcess, settings: ServeSettings, quiet: bool = False) -> None:
+    """Serve until interrupted, then stop the engine's decoding process if it has one; `quiet`:
+    warnings only, no line per request."""
+    try:
+        uvicorn.run(
+            create_app(engine, settings),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning" if quiet else "info",
+            access_log=not quiet,
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
+    finally:
+        if isinstance(engine, DecoderProcess):
+            engine.close()
 
 
 class Background:
     """`with Background(engine, settings) as url:` the server answers at `url` until the block
     ends (the settings' port 0: a free one)."""
 
-    def __init__(self, engine: Engine, settings: ServeSettings | None = None) -> None:
+    def __init__(
+        self, engine: Engine | DecoderProcess, settings: ServeSettings | None = None
+    ) -> None:
         self.settings = settings or ServeSettings(port=0)
         self.app = create_app(engine, self.settings)
         config = uvicorn.Config(

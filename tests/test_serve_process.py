@@ -1,0 +1,125 @@
+"""The decoding worker in a process of its own (`transduce serve`'s default): concurrent clients
+get what offline translation gives, errors of the model's side cross back as their statuses, and a
+decoding process that dies is replaced while the server keeps serving."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+
+from transduce.serve.server import Background  # noqa: E402
+from transduce.serve.settings import ServeSettings  # noqa: E402
+from transduce.serve.worker import DecoderProcess, _decode_forever  # noqa: E402
+
+from .conftest import save_toy_model  # noqa: E402
+from .serving import DECODE, sentences  # noqa: E402
+
+LOOPBACK = ServeSettings(port=0, batch_wait_ms=50)
+DIES_ONCE = "TRANSDUCE_TEST_DIES_ONCE"  # a file: the first child to be given work makes it, dies
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return save_toy_model(tmp_path_factory.mktemp("serve-process"), DECODE)
+
+
+@pytest.fixture(scope="module")
+def decoder(model):
+    process = DecoderProcess(model, threads=1)
+    yield process
+    process.close()
+
+
+def test_concurrent_clients_get_what_offline_translate_gives(model, decoder):
+    from transduce.decoding.translate import Translator
+
+    offline = Translator.load(model)
+    requests = [sentences(1 + i % 4, seed=i) for i in range(16)]
+    with Background(decoder, LOOPBACK) as url, httpx.Client(base_url=url, timeout=60) as client:
+
+        def ask(lines):
+            return client.post("/v1/translate", json={"texts": lines, "n_best": 2}).json()
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(ask, requests))
+        assert client.get("/v1/models").json()["models"][0]["name"] == "toy.pt"
+    for lines, answer in zip(requests, answers, strict=True):
+        expected = offline.translate(lines, replace(DECODE, n_best=2))
+        got = [[(h["text"], h["score"]) for h in t["n_best"]] for t in answer["translations"]]
+        assert [[text for text, _ in hyps] for hyps in got] == [
+            [text for text, _ in hyps] for hyps in expected
+        ]
+        for hyps, want in zip(got, expected, strict=True):
+            assert [s for _, s in hyps] == pytest.approx([s for _, s in want], abs=1e-4)
+
+
+def test_an_error_in_the_decoding_process_crosses_back_as_its_status(decoder):
+    with Background(decoder, LOOPBACK) as url, httpx.Client(base_url=url, timeout=60) as client:
+        answer = client.post("/v1/attention", json={"text": "the dog", "layer": 7})
+        assert answer.status_code == 422 and "out of range" in answer.json()["detail"]
+        assert client.post("/v1/attention", json={"text": "the dog"}).status_code == 200
+
+
+def dies_on_its_first_work(pipe, *spec) -> None:
+    """The child of `DecoderProcess` in the next tests: it loads the model and sends its facts,
+    then, if it is the first child to be given work, dies holding it."""
+    marker = Path(os.environ[DIES_ONCE])
+
+    class Dying:
+        def send(self, message) -> None:
+            pipe.send(message)
+
+        def recv(self):
+            message = pipe.recv()
+            if message is not None and not marker.exists():
+                marker.touch()
+                os._exit(9)
+            return message
+
+    _decode_forever(Dying(), *spec)
+
+
+def test_a_decoding_process_that_dies_with_work_is_replaced_and_the_server_serves_on(
+    model, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(DIES_ONCE, str(tmp_path / "died"))  # the spawned children inherit it
+    decoder = DecoderProcess(model, threads=1, child_main=dies_on_its_first_work)
+    first = decoder.pid
+    try:
+        with Background(decoder, LOOPBACK) as url, httpx.Client(base_url=url, timeout=60) as c:
+            lost = c.post("/v1/translate", json={"text": "the dog runs"})
+            assert lost.status_code == 503, lost.text
+            assert "died" in lost.json()["detail"] and lost.headers["retry-after"] == "1"
+            assert decoder.pid != first
+            again = c.post("/v1/translate", json={"text": "the dog runs"})
+            assert again.status_code == 200 and again.json()["translations"][0]["text"]
+            assert c.get("/health").json()["status"] == "ok"
+    finally:
+        decoder.close()
+
+
+def test_a_decoding_process_that_died_idle_is_replaced_before_the_next_work(model):
+    decoder = DecoderProcess(model, threads=1)
+    try:
+        first = decoder.pid
+        os.kill(first, 9)
+        with Background(decoder, LOOPBACK) as url, httpx.Client(base_url=url, timeout=60) as c:
+            answer = c.post("/v1/translate", json={"text": "the dog runs"})
+            assert answer.status_code == 200, answer.text  # nobody's work was lost: no 503
+        assert decoder.pid not in (None, first)
+    finally:
+        decoder.close()
+
+
+def test_a_model_that_cannot_be_loaded_is_reported_by_the_server_process(tmp_path):
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(b"not a checkpoint")
+    with pytest.raises(Exception, match="broken.pt"):
+        DecoderProcess(broken)

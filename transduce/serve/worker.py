@@ -1,0 +1,169 @@
+"""The decoding worker's model in a process of its own, so that decoding and HTTP do not share
+one interpreter lock.
+
+Beam search over a small model is mostly Python between short tensor operations, so a decoding
+thread holds the interpreter lock most of the time and the event loop that reads requests waits
+for it: requests reach the queue late and batches stay small (benchmarks/SERVE.md). Here the
+`Engine` lives in a child process (spawned: no forked torch state); the batcher's thread hands it
+each group of jobs over a pipe and waits, without the lock, for the results. Only `ModelFacts`
+(name, vocabulary, decoding settings) is kept in the server's process, to check requests.
+
+A child that dies (killed, out of memory) fails the requests it was decoding with
+`DecoderRestarted` (503) and is replaced by a fresh one; the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import signal
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from .engine import AttentionWork, Engine, ModelFacts, TranslateWork
+
+logger = logging.getLogger(__name__)
+
+
+class DecoderRestarted(RuntimeError):
+    """The decoding process died while it held this request's work (answered 503)."""
+
+
+class DecoderProcess:
+    """`Engine`'s `translate` and `attention`, run by a child process that loads the model.
+
+    One call at a time (the batcher has one worker thread; a lock keeps it so for any caller).
+    `child_main` is what the child runs, given (pipe, model, device, int8, threads): a function
+    the child can import (tests pass one that dies)."""
+
+    def __init__(
+        self,
+        model: Path | str,
+        device: str | None = None,
+        int8: bool = False,
+        threads: int | None = None,
+        child_main: Callable[..., None] | None = None,
+    ) -> None:
+        self._spec = (str(model), device, int8, threads)
+        self._child_main = child_main or _decode_forever
+        self._lock = threading.Lock()
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def translate(self, works: list[TranslateWork]) -> list[list[list[dict]]]:
+        return self._call("translate", works)
+
+    def attention(self, works: list[AttentionWork]) -> list[dict]:
+        return self._call("attention", works)
+
+    def close(self) -> None:
+        """Ask the child to finish, and make sure it has."""
+        with self._lock:
+            self._stop()
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._pipe, theirs = context.Pipe()
+        self._process = context.Process(
+            target=self._child_main, args=(theirs, *self._spec), name="transduce-decoder",
+            daemon=True,
+        )  # fmt: skip
+        self._process.start()
+        theirs.close()  # the child's end lives in the child only: its death is our EOFError
+        outcome, value = _receive(self._pipe, self._process)
+        if outcome == "error":
+            self._stop()
+            raise value
+        self.facts: ModelFacts = value
+        logger.info("decoding process %d serves %s", self._process.pid, self.facts.name)
+
+    def _call(self, method: str, works: list) -> list:
+        with self._lock:
+            if not self._process.is_alive():  # it died while idle: nobody's work was lost
+                logger.error("the decoding process had died (exit code %s): starting another",
+                             self._process.exitcode)  # fmt: skip
+                self._stop()
+                self._start()
+            try:
+                self._pipe.send((method, works))
+                outcome, value = _receive(self._pipe, self._process)
+            except (EOFError, OSError) as died:
+                code = self._process.exitcode if self._process else None
+                logger.error("the decoding process died (exit code %s): starting another", code)
+                self._stop()
+                self._start()
+                raise DecoderRestarted(
+                    f"the decoding process died (exit code {code}) with this request's work; "
+                    "a new one has started: send it again"
+                ) from died
+        if outcome == "error":
+            raise value
+        return value
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError):  # it has gone already
+            self._pipe.send(None)
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        self._pipe.close()
+
+
+def _receive(pipe: Connection, process) -> tuple[str, object]:
+    """The child's next message; EOFError if it dies before sending one."""
+    while not pipe.poll(0.5):
+        if not process.is_alive():
+            raise EOFError("the decoding process has exited")
+    return pipe.recv()
+
+
+def _decode_forever(
+    pipe: Connection, model: str, device: str | None, int8: bool, threads: int | None
+) -> None:
+    """The child: load the model, send its facts, then answer (method, works) until told to stop
+    (None) or the server has gone (the pipe closed)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        engine = Engine.load(model, device, int8)
+    except Exception as error:
+        pipe.send(("error", _picklable(error)))
+        return
+    pipe.send(("ok", engine.facts))
+    while True:
+        try:
+            message = pipe.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        method, works = message
+        try:
+            pipe.send(("ok", getattr(engine, method)(works)))
+        except Exception as error:  # e.g. BadRequest: the request is told, the child lives on
+            pipe.send(("error", _picklable(error)))
+
+
+def _picklable(error: Exception) -> Exception:
+    """`error` itself if it crosses the pipe, else a RuntimeError naming it."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
