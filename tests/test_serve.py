@@ -10,6 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -260,7 +261,8 @@ def _until(condition, seconds: float = 30) -> None:
         time.sleep(0.02)
 
 
-def test_the_serve_verb_listens_on_loopback(tmp_path):
+@pytest.mark.parametrize("stop", ["terminate", "kill"])
+def test_the_serve_verb_listens_on_loopback_and_leaves_no_decoder_behind(tmp_path, stop):
     import subprocess
     import sys
 
@@ -276,10 +278,28 @@ def test_the_serve_verb_listens_on_loopback(tmp_path):
         url = f"http://127.0.0.1:{port}"
         _until(lambda: _answers(url + "/health"), seconds=60)
         assert httpx.get(url + "/v1/models").json()["models"][0]["name"] == "toy.pt"
+        assert httpx.post(url + "/v1/translate", json={"text": "the dog"}).status_code == 200
+        decoders = _children(server.pid)
+        assert decoders, "the model decodes in a process of its own by default"
     finally:
-        server.terminate()
+        getattr(server, stop)()  # SIGTERM: uvicorn's orderly stop; SIGKILL: none at all
         server.wait(timeout=30)
     assert server.returncode is not None
+    _until(lambda: not any(map(_running, decoders)))  # gone with the server: no orphan
+
+
+def _children(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    found = (task / "children" for task in tasks.iterdir()) if tasks.exists() else ()
+    return [int(child) for path in found for child in path.read_text().split()]
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"  # a zombie has exited
 
 
 def _answers(address: str) -> bool:
