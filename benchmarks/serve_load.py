@@ -43,7 +43,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     # Offline before and after the served run, the machine's other load being what it is.
     offline_texts, before = _offline(args.model, asked)
-    served = _served(args, asked)
+    served = {decoder: _served(args, asked, decoder) for decoder in args.decoders.split(",")}
     _, after = _offline(args.model, asked)
     offline_seconds = (before + after) / 2
     report = {
@@ -56,12 +56,14 @@ def main() -> None:
         "sentences_per_request": per,
         "offline_seconds": [round(before, 3), round(after, 3)],
         "offline_sentences_per_s": round(len(asked) / offline_seconds, 2),
-        **served,
+        "served": served,
     }
-    texts = report.pop("texts")
-    report["differ_from_offline"] = sum(a != b for a, b in zip(texts, offline_texts, strict=True))
-    ratio = report["served_sentences_per_s"] / report["offline_sentences_per_s"]
-    report["throughput_ratio"] = round(ratio, 3)
+    for run in served.values():
+        texts = run.pop("texts")
+        run["differ_from_offline"] = sum(a != b for a, b in zip(texts, offline_texts, strict=True))
+        run["throughput_ratio"] = round(
+            run["served_sentences_per_s"] / report["offline_sentences_per_s"], 3
+        )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     sys.stdout.write(_table(report))
@@ -75,6 +77,11 @@ def _arguments() -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--sentences-per-request", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="torch threads, offline and served")
+    p.add_argument(
+        "--decoders",
+        default="process,thread",
+        help="`serve --decoder` settings to run, one after the other (comma-separated)",
+    )
     p.add_argument("--log", type=Path, default=Path("/tmp/serve_load.log"), help="server's log")
     p.add_argument("--json", type=Path, required=True, help="the numbers, as JSON")
     return p.parse_args()
@@ -88,9 +95,10 @@ def _offline(model: Path, lines: list[str]) -> tuple[list[str], float]:
     return [hyps[0][0] for hyps in found], time.perf_counter() - started
 
 
-def _served(args: argparse.Namespace, lines: list[str]) -> dict:
+def _served(args: argparse.Namespace, lines: list[str], decoder: str) -> dict:
     port = _free_port()
     command = [sys.executable, "-m", "transduce", "-q", "serve", "--model", str(args.model)]
+    command += ["--decoder", decoder, "--threads", str(args.threads)]
     environment = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}  # read by torch at start
     log = args.log.open("w")
     server = subprocess.Popen(
@@ -128,15 +136,17 @@ def _served(args: argparse.Namespace, lines: list[str]) -> dict:
 
 def _http_ceiling(url: str, requests: int, clients: int) -> float:
     """GET /health answered per second under the same clients: what HTTP alone allows."""
+    import aiohttp
 
     async def load() -> float:
         todo = iter(range(requests))
-        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-        async with httpx.AsyncClient(limits=limits, timeout=120) as session:
+        connector = aiohttp.TCPConnector(limit=clients)
+        async with aiohttp.ClientSession(connector=connector) as session:
 
             async def client() -> None:
                 for _ in todo:
-                    await session.get(url + "/health")
+                    async with session.get(url + "/health") as answer:
+                        await answer.read()
 
             started = time.perf_counter()
             await asyncio.gather(*(client() for _ in range(clients)))
@@ -183,19 +193,22 @@ def _machine() -> str:
 
 
 def _table(r: dict) -> str:
+    rows = "".join(
+        f"| `transduce serve --decoder {name}` | {run['served_sentences_per_s']} | "
+        f"**{run['throughput_ratio']}** | {run['p50_s']} s | {run['p95_s']} s | {run['p99_s']} s "
+        f"| {run['lost_or_refused']} | {run['differ_from_offline']} | "
+        f"{run['mean_batch_sentences']} | {run['http_ceiling_requests_per_s']} |\n"
+        for name, run in r["served"].items()
+    )
     return (
         f"{r['date']}, {r['machine']}; {r['model']}; {r['threads']} torch thread(s); "
         f"{r['clients']} clients, {r['requests']} requests of {r['sentences_per_request']} "
         "sentence(s)\n\n"
-        "| | sentences/s | p50 | p95 | p99 | lost | differ from offline |\n"
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
-        f"| `transduce translate` (batched) | {r['offline_sentences_per_s']} | | | | | |\n"
-        f"| `transduce serve` | {r['served_sentences_per_s']} | {r['p50_s']} s | {r['p95_s']} s "
-        f"| {r['p99_s']} s | {r['lost_or_refused']} | {r['differ_from_offline']} |\n"
-        f"| ratio served / offline | {r['throughput_ratio']} | | | | | |\n\n"
-        f"mean sentences per worker batch: {r['mean_batch_sentences']}; requests/s answered: "
-        f"{r['served_requests_per_s']}, GET /health alone under the same clients: "
-        f"{r['http_ceiling_requests_per_s']}\n"
+        "| | sentences/s | ratio to offline | p50 | p95 | p99 | lost | differ from offline "
+        "| mean batch | GET /health/s |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+        f"| `transduce translate` (batched) | {r['offline_sentences_per_s']} | 1 | | | | | | | |\n"
+        + rows
     )
 
 

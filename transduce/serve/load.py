@@ -1,6 +1,7 @@
 """A bounded load on a running server: `clients` concurrent clients share a fixed list of
 requests, each client sending its next one when its answer comes, until none is left; every
-answer and latency is kept. Used by the load test and benchmarks/serve_load.py (needs httpx)."""
+answer and latency is kept. Used by the load test and benchmarks/serve_load.py (needs aiohttp,
+in the dev extra)."""
 
 from __future__ import annotations
 
@@ -37,28 +38,33 @@ def run_load(
 
 
 async def _load(address: str, bodies: list[dict], clients: int, timeout: float) -> LoadResult:
-    import httpx
+    # aiohttp, not httpx: at 200 concurrent connections httpx's async pool answered 192 bare
+    # GET /health a second where aiohttp answered 7,656 from the same server (benchmarks/SERVE.md),
+    # so with httpx the load test measured its own client.
+    import aiohttp
 
     todo = iter(range(len(bodies)))
     answers: list[dict | None] = [None] * len(bodies)
     statuses: Counter = Counter()
     latencies: list[float] = []
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
 
-    async def client(session: httpx.AsyncClient) -> None:
+    async def client(session: aiohttp.ClientSession) -> None:
         for i in todo:  # one shared iterator: each request is sent once
             sent = time.perf_counter()
             try:
-                answer = await session.post(address, json=bodies[i])
-            except httpx.HTTPError as error:  # no answer: counted by kind
+                async with session.post(address, json=bodies[i]) as answer:
+                    body = await answer.json() if answer.status == 200 else await answer.read()
+            except (TimeoutError, aiohttp.ClientError) as error:  # no answer: by kind
                 statuses[f"lost: {type(error).__name__}"] += 1
                 continue
             latencies.append(time.perf_counter() - sent)
-            statuses[answer.status_code] += 1
-            if answer.status_code == 200:
-                answers[i] = answer.json()
+            statuses[answer.status] += 1
+            if answer.status == 200:
+                answers[i] = body
 
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as session:
+    connector = aiohttp.TCPConnector(limit=clients)
+    budget = aiohttp.ClientTimeout(total=timeout)
+    async with aiohttp.ClientSession(connector=connector, timeout=budget) as session:
         started = time.perf_counter()
         await asyncio.gather(*(client(session) for _ in range(clients)))
         seconds = time.perf_counter() - started
