@@ -121,5 +121,7 @@ def test_a_decoding_process_that_died_idle_is_replaced_before_the_next_work(mode
 def test_a_model_that_cannot_be_loaded_is_reported_by_the_server_process(tmp_path):
     broken = tmp_path / "broken.pt"
     broken.write_bytes(b"not a checkpoint")
-    with pytest.raises(Exception, match="broken.pt"):
-        DecoderProcess(broken)
+    from transduce.training.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"broken\.pt: not a transduce checkpoint"):
+        DecoderProcess(broken)  # the child's error, as `serve` prints it before listening
