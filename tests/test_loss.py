@@ -51,3 +51,57 @@ def test_gradcheck():
     assert torch.autograd.gradcheck(
         lambda x: label_smoothed_loss(x, target, 0.1, PAD).loss, (logits,)
     )
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 5, 100])  # 5 does not divide the 8 positions
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_the_projected_loss_in_chunks_equals_the_loss_of_the_logits(monkeypatch, chunk_rows, eps):
+    """Same sums and same gradients (hidden and weight, scaled by the caller's factor) as the
+    logits path, however the rows are chunked; padding rows get no gradient."""
+    import transduce.training.loss as loss_module
+
+    v, d = 7, 5
+    monkeypatch.setattr(loss_module, "CHUNK_LOGITS", chunk_rows * v)
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(2, 4, d, generator=g, requires_grad=True)
+    weight = torch.randn(v, d, generator=g, requires_grad=True)
+    _, target = _batch()
+    plain = label_smoothed_loss(F.linear(hidden, weight), target, eps, PAD)
+    expected = torch.autograd.grad(plain.loss * 0.3, [hidden, weight])
+    fused = loss_module.projected_label_smoothed_loss(hidden, weight, target, eps, PAD)
+    got = torch.autograd.grad(fused.loss * 0.3, [hidden, weight])
+    assert fused.loss.item() == pytest.approx(plain.loss.item(), rel=1e-5)
+    assert fused.nll.item() == pytest.approx(plain.nll.item(), rel=1e-5)
+    assert fused.n_tokens == plain.n_tokens == 5
+    for mine, theirs in zip(got, expected, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+    assert (got[0][target == PAD] == 0).all()
+    with torch.no_grad():  # validation: the sums alone
+        assert loss_module.projected_label_smoothed_loss(
+            hidden, weight, target, eps, PAD
+        ).loss.item() == pytest.approx(plain.loss.item(), rel=1e-5)
+
+
+def test_the_transformer_hands_the_loss_its_last_states_and_its_output_matrix(monkeypatch):
+    """Training never builds the (tokens x V) logits of a Transformer: `model_loss` asks it for
+    its states and projects them in chunks with the tied (or untied) output matrix."""
+    import transduce.training.loss as loss_module
+    from transduce.data.batching import collate
+
+    from .conftest import BOS, EOS, tiny_model
+
+    model = tiny_model(5)
+    batch = collate([([4, 5, 6], [7, 8]), ([9], [10, 11, 4])], PAD, BOS, EOS)
+    seen, real = [], loss_module.projected_label_smoothed_loss
+
+    def recording(hidden, weight, target, eps, pad):
+        seen.append((hidden.shape, weight))
+        return real(hidden, weight, target, eps, pad)
+
+    monkeypatch.setattr(loss_module, "projected_label_smoothed_loss", recording)
+    sums = loss_module.model_loss(model, batch, 0.1, PAD)
+    ((shape, weight),) = seen
+    assert shape == (*batch.tgt_in.shape, model.config.d_model)
+    assert weight is model.tgt_embed.tokens.weight
+    plain = label_smoothed_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0.1, PAD)
+    assert sums.loss.item() == pytest.approx(plain.loss.item(), rel=1e-5)

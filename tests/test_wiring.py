@@ -73,13 +73,13 @@ def test_the_constant_schedule_holds_its_rate(data, tmp_path):
 
 
 def test_the_loss_receives_the_configured_label_smoothing(data, tmp_path, monkeypatch):
-    received, real = [], step_module.label_smoothed_loss
+    received, real = [], step_module.model_loss
 
-    def recording_loss(logits, target, eps, pad):
+    def recording_loss(network, batch, eps, pad):
         received.append(eps)
-        return real(logits, target, eps, pad)
+        return real(network, batch, eps, pad)
 
-    monkeypatch.setattr(step_module, "label_smoothed_loss", recording_loss)
+    monkeypatch.setattr(step_module, "model_loss", recording_loss)
     _trainer(data, tmp_path / "run", **{"train.label_smoothing": 0.17}).run()
     assert received and set(received) == {0.17}
 

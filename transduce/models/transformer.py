@@ -202,11 +202,19 @@ class Transformer(nn.Module):
 
     # --- the entry points of the contract -----------------------------------------------------
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
+    def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
+        """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V); `project=False`: the
+        decoder's last states (B, T, d_model), for the loss to project (`output_weight`) in
+        chunks (training/loss.py)."""
         encoded = self.encode(src)
-        logits, _ = self._decode(tgt_in, self.init_cache(encoded))
-        return logits
+        out, _ = self._decode(tgt_in, self.init_cache(encoded), project=project)
+        return out
+
+    @property
+    def output_weight(self) -> Tensor:
+        """The pre-softmax projection (V, d_model): the shared target embedding (s3.4), or its
+        own matrix when the output is untied."""
+        return self.tgt_embed.tokens.weight if self.output is None else self.output.weight
 
     def encode(self, src: Tensor) -> Encoded:
         """src (B, S) -> the encoder's output (B, S, d_model) and the padding mask."""
@@ -248,7 +256,7 @@ class Transformer(nn.Module):
         return Encoded(self.encoder_norm(x), src_pad_mask), weights
 
     def _decode(
-        self, tgt_in: Tensor, cache: DecoderCache, need_weights: bool = False
+        self, tgt_in: Tensor, cache: DecoderCache, need_weights: bool = False, project=True
     ) -> tuple[Tensor, tuple[list[Tensor], list[Tensor]]]:
         # Target padding needs no mask: it comes last, so the causal mask hides it from every
         # real position, and its own outputs are never scored.
@@ -261,5 +269,5 @@ class Transformer(nn.Module):
             cross_weights.append(w_cross)
         cache.length += tgt_in.size(1)
         x = self.decoder_norm(x)
-        weight = self.tgt_embed.tokens.weight if self.output is None else self.output.weight
-        return linear(x, weight), (self_weights, cross_weights)  # (N, T, V)
+        out = linear(x, self.output_weight) if project else x  # (N, T, V) or (N, T, d_model)
+        return out, (self_weights, cross_weights)

@@ -38,3 +38,108 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, eps: float, pad: int) ->
         nll=nll.masked_fill(~scored, 0.0).sum(),
         n_tokens=int(scored.sum()),
     )
+
+
+def model_loss(network: torch.nn.Module, batch, eps: float, pad: int) -> LossSums:
+    """The loss sums of `network` (a model, or its DistributedDataParallel wrapper) on `batch`,
+    teacher-forced. A model with an `output_weight` (the Transformer) hands over its last states
+    and the loss projects them in chunks (`projected_label_smoothed_loss`); others give logits."""
+    model = getattr(network, "module", network)
+    weight = getattr(model, "output_weight", None)
+    if weight is None:
+        return label_smoothed_loss(network(batch.src, batch.tgt_in), batch.tgt_out, eps, pad)
+    hidden = network(batch.src, batch.tgt_in, project=False)  # through DDP's forward, if any
+    return projected_label_smoothed_loss(hidden, weight, batch.tgt_out, eps, pad)
+
+
+# Rows of the pre-softmax projection taken at a time by `projected_label_smoothed_loss`: about
+# 2^23 logits (32 MiB in float32) per chunk, whatever the vocabulary.
+CHUNK_LOGITS = 1 << 23
+
+
+def projected_label_smoothed_loss(
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, pad: int
+) -> LossSums:
+    """`label_smoothed_loss(hidden @ weight^T, ...)` without the (tokens x V) logits in memory.
+
+    hidden (..., d), weight (V, d): the decoder's last states and the pre-softmax projection
+    (the shared embedding, s3.4). For 4,096 target tokens and V = 10,000 the logits, their
+    log-softmax and their gradients are each 164 MB, and together they were most of a training
+    step's peak memory (benchmarks/MEMORY.md). Here the rows are projected a chunk at a time, and
+    while a chunk's logits exist the gradient they give is taken at once: d loss / d logits =
+    softmax - q' (q' the smoothed target of s5.4), so dL/dhidden = (p - q') W and dL/dW = (p -
+    q')^T hidden are summed chunk by chunk and the logits are dropped. The same products as the
+    plain path, in chunks of one size whatever the batch, so the allocator reuses its blocks.
+
+    Float32 only (a half-precision `hidden`, e.g. under autocast, takes the plain path).
+    """
+    if hidden.dtype != torch.float32 or weight.dtype != torch.float32:
+        from ..models.matmul import linear
+
+        return label_smoothed_loss(linear(hidden, weight), target, eps, pad)
+    flat, flat_target = hidden.reshape(-1, hidden.size(-1)), target.reshape(-1)
+    n_tokens = int((flat_target != pad).sum())
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        loss, nll = _ProjectedLoss.apply(flat, weight, flat_target, eps, pad)
+    else:  # validation: the sums alone
+        loss, nll, _, _ = _chunked(flat, weight, flat_target, eps, pad, (False, False))
+    return LossSums(loss=loss, nll=nll, n_tokens=n_tokens)
+
+
+def _chunked(
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, pad: int, wanted: tuple
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """The summed loss and nll of hidden (N, d) @ weight^T, chunk by chunk, and the loss's
+    gradients for hidden and weight where `wanted`."""
+    from ..models.matmul import linear
+
+    grad_hidden = torch.empty_like(hidden) if wanted[0] else None
+    grad_weight = torch.zeros_like(weight) if wanted[1] else None
+    loss, nll_sum = hidden.new_zeros(()), hidden.new_zeros(())
+    vocab_size = weight.size(0)
+    rows = max(1, CHUNK_LOGITS // vocab_size)
+    for start in range(0, hidden.size(0), rows):
+        h, y = hidden[start : start + rows], target[start : start + rows].unsqueeze(-1)
+        log_probs = torch.log_softmax(linear(h, weight), dim=-1)  # (r, V)
+        padding = y == pad
+        nll = -log_probs.gather(-1, y)  # (r, 1)
+        uniform = -log_probs.mean(dim=-1, keepdim=True)
+        loss += ((1.0 - eps) * nll + eps * uniform).masked_fill(padding, 0.0).sum()
+        nll_sum += nll.masked_fill(padding, 0.0).sum()
+        if not any(wanted):
+            continue
+        # p - q': the softmax, less eps / V everywhere and (1 - eps) more at the target; 0 on pad
+        grad = log_probs.exp_().sub_(eps / vocab_size)
+        grad.scatter_add_(-1, y, grad.new_full(y.shape, eps - 1.0))
+        grad.masked_fill_(padding, 0.0)
+        if grad_hidden is not None:
+            grad_hidden[start : start + rows] = linear(grad, weight.t())  # (r, d)
+        if grad_weight is not None:
+            grad_weight += linear(h.t(), grad.t()).t()  # (d, V) -> (V, d)
+    return loss, nll_sum, grad_hidden, grad_weight
+
+
+class _ProjectedLoss(torch.autograd.Function):
+    """(summed smoothed loss, summed nll) of hidden @ weight^T; the gradients are found in the
+    forward pass (see `projected_label_smoothed_loss`) and scaled in the backward."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, eps: float, pad: int):
+        loss, nll, ctx.grad_hidden, ctx.grad_weight = _chunked(
+            hidden, weight, target, eps, pad, ctx.needs_input_grad[:2]
+        )
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
+        grad_hidden, grad_weight = ctx.grad_hidden, ctx.grad_weight
+        ctx.grad_hidden = ctx.grad_weight = None  # once: their memory goes with this call
+        return (
+            None if grad_hidden is None else grad_hidden.mul_(grad_loss),
+            None if grad_weight is None else grad_weight.mul_(grad_loss),
+            None,
+            None,
+            None,
+        )

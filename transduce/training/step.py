@@ -13,7 +13,7 @@ from torch import nn
 
 from ..data.batching import Batch
 from .distributed import Processes
-from .loss import label_smoothed_loss
+from .loss import model_loss
 from .schedule import set_learning_rate
 
 
@@ -54,8 +54,7 @@ def train_step(
         # DDP averages gradients over processes at the last backward of the group;
         # scaling by `world` turns that average into the sum over all the group's tokens.
         with _no_sync(network, processes, last=i == len(batches) - 1), autocast():
-            logits = network(batch.src, batch.tgt_in)
-            sums = label_smoothed_loss(logits, batch.tgt_out, label_smoothing, pad)
+            sums = model_loss(network, batch, label_smoothing, pad)
             (sums.loss * processes.world / n_tokens).backward()
         loss_sum, nll_sum = loss_sum + sums.loss.item(), nll_sum + sums.nll.item()
     loss_sum, nll_sum = processes.sum([loss_sum, nll_sum])

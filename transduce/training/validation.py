@@ -15,7 +15,7 @@ from ..data.dataset import PreparedData
 from ..decoding.translate import decode_ids
 from ..models import Seq2Seq
 from ..tasks import Task
-from .loss import label_smoothed_loss
+from .loss import model_loss
 
 
 @torch.no_grad()
@@ -39,8 +39,7 @@ def dev_loss(
     for indices in sampler.batches(0):
         batch = collate(split.pairs(indices), vocab.pad, vocab.bos, vocab.eos).to(device)
         with autocast():
-            logits = model(batch.src, batch.tgt_in)
-        sums = label_smoothed_loss(logits, batch.tgt_out, config.train.label_smoothing, vocab.pad)
+            sums = model_loss(model, batch, config.train.label_smoothing, vocab.pad)
         loss, nll = loss + sums.loss.item(), nll + sums.nll.item()
         n_tokens += sums.n_tokens
     if n_tokens == 0:
