@@ -2,7 +2,7 @@
 # Table 3 (s6.2) on Multi30k en->de at the `tiny` base, on this project's 2-core CPU (issue 13).
 #
 #   benchmarks/table3.sh [OUT]        default bench/table3-tiny; run it again to resume
-#   STEPS=1200 WARMUP=400 SEEDS=2 SET="train.threads=2" benchmarks/table3.sh OUT
+#   STEPS=600 WARMUP=200 SEEDS=2 SET="train.threads=2" benchmarks/table3.sh OUT   (the defaults)
 #   (SET: more KEY=VALUE overrides of the base; SWEEP_ARGS: more flags, e.g. "--rows base,A1")
 #
 # Every row of (A)-(E) and big, scaled to tiny (N 4, d_model 128, d_ff 256, h 4, d_k 32,
@@ -19,20 +19,46 @@
 # last checkpoint is past the peak. Rows that change d_model change the peak with it, as eq. 3
 # does in the paper.
 #
+# Carried between machines: each finished run's result (ROW-seedN/sweep-result.json, with the
+# config it was trained with) and the tables are copied to KEEP (default
+# benchmarks/runs/table3-tiny, committed) after every run, and copied back into OUT before the
+# sweep starts, so a fresh clone resumes where the last machine stopped (a run whose config
+# differs is trained again). KEEP= (empty) turns this off.
+#
 # Duration: in units of one base run, seed 1 costs about 29 (big trains 3x the steps of a
 # model 3x the cost; C5 about 2.6; C1 and C4 about half), and seed 2 about 16 if every
-# row but C1, C4, C5 and big stays within 1 BLEU: about 45 base runs. A base run is STEPS
-# updates at roughly 100-150 updates a minute on 2 idle cores, plus about a minute of
-# validation and beam search: at STEPS=1200, 9-13 minutes, so 7-10 hours in all.
+# row but C1, C4, C5 and big stays within 1 BLEU: about 45 base runs. A base run at the default
+# 600 updates took 5.9 minutes on 2 idle cores (2026-11-23: 5 minutes of training, 1 of
+# scoring), so about 4.5 hours in all: two sessions of this project, carried over by KEEP.
 set -euo pipefail
 out=${1:-bench/table3-tiny}
-steps=${STEPS:-1200} warmup=${WARMUP:-400} seeds=${SEEDS:-2}
+steps=${STEPS:-600} warmup=${WARMUP:-200} seeds=${SEEDS:-2}
 data_dir=${TRANSDUCE_DATA:-../shared/data}
 lr_scale=$(python3 -c "print(round(0.005 * (128 * $warmup) ** 0.5, 6))")
+keep=${KEEP-benchmarks/runs/table3-tiny}
 mkdir -p "$out"
+if [ -n "$keep" ] && [ -d "$keep" ]; then  # what earlier machines finished
+  for saved in "$keep"/*/sweep-result.json; do
+    [ -f "$saved" ] || continue
+    run_dir="$out/$(basename "$(dirname "$saved")")"
+    mkdir -p "$run_dir" && { [ -f "$run_dir/sweep-result.json" ] || cp "$saved" "$run_dir/"; }
+  done
+fi
+keep_results() {
+  [ -n "$keep" ] || return 0
+  for saved in "$out"/*/sweep-result.json; do
+    [ -f "$saved" ] || continue
+    mkdir -p "$keep/$(basename "$(dirname "$saved")")" && cp "$saved" "$keep/$(basename "$(dirname "$saved")")/"
+  done
+  cp "$out"/table3.md "$out"/table3.csv "$out"/table3.json "$keep"/ 2>/dev/null || true
+}
+trap keep_results EXIT
+( while sleep 60; do keep_results; done ) &  # a session may end mid-sweep: keep what is done
+saver=$!
 transduce prepare multi30k --src en --tgt de --variant tok --data-dir "$data_dir" \
   --vocab-size 10000 --out "$out/data"
 transduce sweep --data "$out/data" --base tiny --rows table3 --seeds "$seeds" \
   --one-seed-beyond 1.0 --steps "$steps" --out "$out" ${SWEEP_ARGS:-} \
   --set train.warmup_steps="$warmup" train.lr_scale="$lr_scale" train.valid_every=250 ${SET:-} \
   2>&1 | tee -a "$out/sweep.log"
+kill "$saver" 2>/dev/null || true

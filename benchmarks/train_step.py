@@ -1,11 +1,12 @@
 """Training-step throughput of one preset on prepared data, for A/B trials of a change.
 
     python benchmarks/train_step.py --prepared DATA --preset small [--updates 60] [--compile]
-        [--threads 2] [--set key=value ...]
+        [--threads 2] [--set key=value ...] [--logits-loss]
 
 Runs the first `--updates` batches of epoch 0 through the Trainer's own update (forward, loss,
 backward, Adam) and prints target tokens/s over all but the first 10 updates, and the share of
-target positions that are padding.
+target positions that are padding, and the process's peak resident memory. `--logits-loss`
+scores through the (tokens x V) logits as before the chunked loss (training/loss.py), for A/B.
 """
 
 from __future__ import annotations
@@ -31,7 +32,17 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=60)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", nargs="*", default=[])
+    parser.add_argument("--logits-loss", action="store_true", help="the loss before chunking")
     args = parser.parse_args()
+    if args.logits_loss:
+        import transduce.training.step as step_module
+        from transduce.training.loss import label_smoothed_loss
+
+        def logits_loss(network, batch, eps, pad):
+            logits = network(batch.src, batch.tgt_in)
+            return label_smoothed_loss(logits, batch.tgt_out, eps, pad)
+
+        step_module.model_loss = logits_loss
     settings = dict(item.split("=", 1) for item in args.set)
     config = override(preset(args.preset), {"train.threads": str(args.threads), **settings})
     with tempfile.TemporaryDirectory() as run:
@@ -53,8 +64,14 @@ def main() -> None:
     print(
         f"{args.preset} {' '.join(args.set)}: {tokens / seconds:,.0f} target tokens/s over "
         f"{len(groups) - 10} updates; target padding {padding / (padding + real):.1%}; "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"{'logits' if args.logits_loss else 'chunked'} loss; peak resident {_peak_mib():,} MiB"
     )
+
+
+def _peak_mib() -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) // 1024
 
 
 if __name__ == "__main__":
