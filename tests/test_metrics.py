@@ -29,3 +29,20 @@ def test_a_value_worked_by_hand():
 def test_mismatched_line_counts_are_refused():
     with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
         bleu(["a", "b"], ["a"])
+
+
+def test_tokenized_text_scores_the_same_without_the_detokenize_warning(caplog):
+    """The demo scores Multi30k's tokenized variant with 13a too: sacreBLEU would print "forgot to
+    detokenize" lines, which a newcomer cannot act on; the score itself is unchanged."""
+    import logging
+
+    hypotheses = [f"a dog runs on the grass number {i} ." for i in range(120)]
+    references = [f"a dog is running on the grass number {i} ." for i in range(120)]
+    with caplog.at_level(logging.WARNING):
+        warned = bleu(hypotheses, references)
+    assert "detokenize" in caplog.text  # what the demo printed before
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        quiet = bleu(hypotheses, references, tokenized_text=True)
+    assert "detokenize" not in caplog.text
+    assert quiet.score == warned.score

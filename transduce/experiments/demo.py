@@ -54,7 +54,7 @@ def run_demo(
     hypotheses = [hyps[0][0] for hyps in translator.translate(test.src)]
     (out / "test.hyp").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
     scores = {
-        "bleu": bleu(hypotheses, test.tgt),
+        "bleu": bleu(hypotheses, test.tgt, tokenized_text=is_tokenized("multi30k", variant)),
         "bleu_lowercase_tokenized": bleu(hypotheses, test.tgt, lowercase_tokenized=True),
         "chrf": chrf(hypotheses, test.tgt),
     }

@@ -37,16 +37,20 @@ def bleu(
     *,
     tokenize: str = "13a",
     lowercase: bool = False,
+    tokenized_text: bool = False,
 ) -> Score:
     """Corpus BLEU of one reference per hypothesis, with sacreBLEU's `tokenize` and `lowercase`.
 
-    `lowercase_tokenized=True` is `tokenize="none", lowercase=True`.
+    `lowercase_tokenized=True` is `tokenize="none", lowercase=True`. `tokenized_text`: the text
+    is tokenized on purpose (a corpus's `tok` variant), so sacreBLEU's "forgot to detokenize"
+    warning, which a reader cannot act on, is not printed.
     """
     _check(hypotheses, references)
     if lowercase_tokenized:
         tokenize, lowercase = "none", True
     # force: text tokenized on purpose makes sacreBLEU's warning about it moot
-    metric = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase, force=tokenize == "none")
+    force = tokenized_text or tokenize == "none"
+    metric = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase, force=force)
     result = metric.corpus_score(hypotheses, [references])
     return Score("BLEU", result.score, str(metric.get_signature()), str(result))
 
