@@ -29,6 +29,51 @@ def test_scale_and_the_tiny_preset_peak():
     assert peak == pytest.approx(0.005)
 
 
+def test_the_demo_preset_is_tiny_with_its_peak_at_update_200_and_dropout_01():
+    from dataclasses import asdict
+
+    from transduce.presets import demo
+
+    config, base = demo(), tiny()
+    rate = lambda step: learning_rate(  # noqa: E731
+        step, 128, config.train.warmup_steps, config.train.lr_scale
+    )
+    assert rate(200) == pytest.approx(0.005) and rate(199) < rate(200) > rate(201)
+    changed = {
+        f"{section}.{key}"
+        for section in ("model", "data", "train", "decode")
+        for key, value in asdict(getattr(config, section)).items()
+        if asdict(getattr(base, section))[key] != value
+    }
+    assert changed == {"model.dropout", "train.warmup_steps", "train.lr_scale"}
+    assert config.model.dropout == 0.1
+
+
+def test_the_demo_trains_the_demo_preset_by_default(monkeypatch, tmp_path):
+    """`transduce demo` hands the trainer the demo preset with its minutes (no data is read:
+    the run stops at the trainer)."""
+    import transduce.experiments.demo as demo_module
+    from transduce.cli import main
+    from transduce.presets import demo
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def trainer(config, *args, **kwargs):
+        seen["config"] = config
+        raise Stop
+
+    monkeypatch.setattr(demo_module, "prepare", lambda *a, **k: type("D", (), {"path": tmp_path}))
+    monkeypatch.setattr(demo_module, "corpus_files", lambda *a, **k: None)
+    monkeypatch.setattr(demo_module, "train", trainer)
+    with pytest.raises(Stop):
+        main(["demo", "--out", str(tmp_path / "demo"), "--minutes", "3"])
+    expected = override(demo(), {"train.max_minutes": 3.0, "train.max_steps": 10**9})
+    assert seen["config"] == expected
+
+
 def test_steps_count_from_one():
     with pytest.raises(ValueError):
         learning_rate(0, 512, 4000)

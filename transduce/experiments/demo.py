@@ -1,4 +1,5 @@
-"""The main job end to end: prepare Multi30k, train the tiny preset for a bounded time, translate
+"""The main job end to end: prepare Multi30k, train the demo preset (tiny with a schedule sized to
+ten minutes) for a bounded time, translate
 the 2016 test set with beam search, and score it both ways."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from ..config import override, parse_assignments
 from ..data.corpus import LengthFilter, corpus_files, is_tokenized
 from ..data.dataset import prepare
 from ..decoding.translate import Translator
-from ..presets import tiny
+from ..presets import preset
 from ..tasks.metrics import bleu, chrf
 from ..tasks.translation import scoring
 from ..training.loop import train
@@ -28,6 +29,7 @@ def run_demo(
     src: str = "en",
     tgt: str = "de",
     variant: str = "tok",
+    preset_name: str = "demo",
     overrides: list[str] | None = None,
     device: str | None = None,
 ) -> dict:
@@ -45,7 +47,8 @@ def run_demo(
     if run_dir.exists():  # the demo's own folder: each demo trains afresh
         logger.info("removing the previous demo run in %s", run_dir)
         shutil.rmtree(run_dir)
-    config = override(tiny(), {"train.max_minutes": minutes, "train.max_steps": 10**9})
+    budget = {"train.max_minutes": minutes, "train.max_steps": 10**9}
+    config = override(preset(preset_name), budget)
     config = override(config, parse_assignments(overrides or []))
     train(config, data.path, run_dir, device=device)
 
