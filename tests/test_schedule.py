@@ -29,7 +29,7 @@ def test_scale_and_the_tiny_preset_peak():
     assert peak == pytest.approx(0.005)
 
 
-def test_the_demo_preset_is_tiny_with_its_peak_at_update_200_and_dropout_01():
+def test_the_demo_preset_is_tiny_with_its_peak_at_update_200_and_no_dropout():
     from dataclasses import asdict
 
     from transduce.presets import demo
@@ -46,15 +46,16 @@ def test_the_demo_preset_is_tiny_with_its_peak_at_update_200_and_dropout_01():
         if asdict(getattr(base, section))[key] != value
     }
     assert changed == {"model.dropout", "train.warmup_steps", "train.lr_scale"}
-    assert config.model.dropout == 0.1
+    assert config.model.dropout == 0.0
 
 
-def test_the_demo_trains_the_demo_preset_by_default(monkeypatch, tmp_path):
-    """`transduce demo` hands the trainer the demo preset with its minutes (no data is read:
-    the run stops at the trainer)."""
+@pytest.mark.parametrize("minutes, name", [(3, "demo"), (20, "demo"), (60, "tiny")])
+def test_the_demo_trains_the_demo_preset_up_to_20_minutes(monkeypatch, tmp_path, minutes, name):
+    """`transduce demo` hands the trainer the demo preset with its minutes, `tiny` for longer
+    runs (no data is read: the run stops at the trainer)."""
     import transduce.experiments.demo as demo_module
     from transduce.cli import main
-    from transduce.presets import demo
+    from transduce.presets import preset
 
     seen = {}
 
@@ -69,9 +70,9 @@ def test_the_demo_trains_the_demo_preset_by_default(monkeypatch, tmp_path):
     monkeypatch.setattr(demo_module, "corpus_files", lambda *a, **k: None)
     monkeypatch.setattr(demo_module, "train", trainer)
     with pytest.raises(Stop):
-        main(["demo", "--out", str(tmp_path / "demo"), "--minutes", "3"])
-    expected = override(demo(), {"train.max_minutes": 3.0, "train.max_steps": 10**9})
-    assert seen["config"] == expected
+        main(["demo", "--out", str(tmp_path / "demo"), "--minutes", str(minutes)])
+    budget = {"train.max_minutes": float(minutes), "train.max_steps": 10**9}
+    assert seen["config"] == override(preset(name), budget)
 
 
 def test_steps_count_from_one():

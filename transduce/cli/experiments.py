@@ -32,8 +32,8 @@ def _add_demo(verbs) -> None:
     p.add_argument("--minutes", type=float, default=10.0, help="training time")
     p.add_argument(
         "--preset",
-        default="demo",
-        help="what to train (default demo; tiny with --minutes 60: the benchmark setting)",
+        help="what to train (default: demo, a schedule sized to ten minutes, up to 20 "
+        "--minutes; tiny beyond)",
     )
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="de")

@@ -21,6 +21,15 @@ from ..training.loop import train
 logger = logging.getLogger(__name__)
 
 
+# Up to this many minutes the demo trains the `demo` preset (a schedule sized to ten minutes, no
+# dropout); beyond, `tiny`, whose warmup and dropout are set for hours.
+DEMO_PRESET_MINUTES = 20
+
+
+def default_preset(minutes: float) -> str:
+    return "demo" if minutes <= DEMO_PRESET_MINUTES else "tiny"
+
+
 def run_demo(
     data_dir: Path | None,
     out: Path,
@@ -29,7 +38,7 @@ def run_demo(
     src: str = "en",
     tgt: str = "de",
     variant: str = "tok",
-    preset_name: str = "demo",
+    preset_name: str | None = None,
     overrides: list[str] | None = None,
     device: str | None = None,
 ) -> dict:
@@ -48,7 +57,7 @@ def run_demo(
         logger.info("removing the previous demo run in %s", run_dir)
         shutil.rmtree(run_dir)
     budget = {"train.max_minutes": minutes, "train.max_steps": 10**9}
-    config = override(preset(preset_name), budget)
+    config = override(preset(preset_name or default_preset(minutes)), budget)
     config = override(config, parse_assignments(overrides or []))
     train(config, data.path, run_dir, device=device)
 
