@@ -235,3 +235,17 @@ def test_the_final_average_leaves_out_checkpoints_from_the_warmup(toy_data, tmp_
     short = toy_config(**{"train.max_steps": 40, "train.keep_last": 10, "train.average_last": 10})
     _trainer(short, toy_data, tmp_path / "short").run()  # ends inside the warmup
     assert len(load(tmp_path / "short" / "average.pt")["averaged_from"]) == 1
+
+
+def test_the_final_average_takes_only_the_second_half_of_a_short_run(toy_data, tmp_path):
+    config = toy_config(
+        **{
+            "train.max_steps": 100,
+            "train.warmup_steps": 10,
+            "train.keep_last": 10,
+            "train.average_last": 10,
+        }
+    )  # a checkpoint every 20, all past the warmup; the run's second half starts at 50
+    _trainer(config, toy_data, tmp_path / "run").run()
+    averaged = load(tmp_path / "run" / "average.pt")["averaged_from"]
+    assert [int(p.split("step_")[1][:8]) for p in averaged] == [60, 80, 100]
