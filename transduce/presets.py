@@ -73,13 +73,13 @@ def tiny() -> Config:
 def demo() -> Config:
     """`tiny` with a schedule sized to the demo's 10 minutes, the first thing a user runs.
 
-    On a 2-core CPU that trains `tiny` at ~1.2 updates/s, 10 minutes is ~700 updates, about 8
+    On a 2-core CPU that trains `tiny` at ~1.2 updates/s, 10 minutes is ~800 updates, about 8
     epochs of Multi30k: `tiny`'s 2,000-update warmup is still climbing at the end, and its
     dropout of 0.3, set for hours of training, only slows the first epochs, when nothing is
-    overfitted yet. Measured with the demo's budget (benchmarks/DEMO.md), test BLEU after ~700
-    updates: `tiny` 14.9; peak rate 0.005 at update 200 instead of 2,000, 24.6; dropout 0.1, 30.4;
-    dropout 0, 31.9 (34.0 with the final average over the run's second half). For longer runs `tiny` is the better choice (`transduce demo` takes it
-    above 20 minutes).
+    overfitted yet. Measured with the demo's budget (benchmarks/DEMO.md), test BLEU after 650-850
+    updates: `tiny` 14.9; peak rate 0.005 at update 200 instead of 2,000, 24.6; dropout 0.1,
+    30.4; dropout 0, 31.9 (34.0 with the final average over the run's second half). For longer
+    runs `tiny` is the better choice (`transduce demo` takes it above 20 minutes).
     """
     d_model, warmup, peak = 128, 200, 0.005
     return override(
