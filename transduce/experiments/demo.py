@@ -1,6 +1,6 @@
 """The main job end to end: prepare Multi30k, train the demo preset (tiny with a schedule sized to
-ten minutes) for a bounded time, translate
-the 2016 test set with beam search, and score it both ways."""
+ten minutes) for a bounded time, translate the 2016 test set with beam search, and score it both
+ways."""
 
 from __future__ import annotations
 

@@ -256,7 +256,7 @@ class Transformer(nn.Module):
         return Encoded(self.encoder_norm(x), src_pad_mask), weights
 
     def _decode(
-        self, tgt_in: Tensor, cache: DecoderCache, need_weights: bool = False, project=True
+        self, tgt_in: Tensor, cache: DecoderCache, need_weights: bool = False, project: bool = True
     ) -> tuple[Tensor, tuple[list[Tensor], list[Tensor]]]:
         # Target padding needs no mask: it comes last, so the causal mask hides it from every
         # real position, and its own outputs are never scored.

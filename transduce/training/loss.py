@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..models.matmul import linear
+
 
 @dataclass
 class LossSums:
@@ -74,8 +76,6 @@ def projected_label_smoothed_loss(
     Float32 only (a half-precision `hidden`, e.g. under autocast, takes the plain path).
     """
     if hidden.dtype != torch.float32 or weight.dtype != torch.float32:
-        from ..models.matmul import linear
-
         return label_smoothed_loss(linear(hidden, weight), target, eps, pad)
     flat, flat_target = hidden.reshape(-1, hidden.size(-1)), target.reshape(-1)
     n_tokens = int((flat_target != pad).sum())
@@ -91,8 +91,6 @@ def _chunked(
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
     """The summed loss and nll of hidden (N, d) @ weight^T, chunk by chunk, and the loss's
     gradients for hidden and weight where `wanted`."""
-    from ..models.matmul import linear
-
     grad_hidden = torch.empty_like(hidden) if wanted[0] else None
     grad_weight = torch.zeros_like(weight) if wanted[1] else None
     loss, nll_sum = hidden.new_zeros(()), hidden.new_zeros(())
