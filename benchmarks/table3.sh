@@ -2,7 +2,7 @@
 # Table 3 (s6.2) on Multi30k en->de at the `tiny` base, on this project's 2-core CPU (issue 13).
 #
 #   benchmarks/table3.sh [OUT]        default bench/table3-tiny; run it again to resume
-#   STEPS=600 WARMUP=200 SEEDS=2 SET="train.threads=2" benchmarks/table3.sh OUT   (the defaults)
+#   STEPS=600 WARMUP=200 SEEDS=2 JOBS=2 benchmarks/table3.sh OUT   (the defaults)
 #   (SET: more KEY=VALUE overrides of the base; SWEEP_ARGS: more flags, e.g. "--rows base,A1")
 #
 # Every row of (A)-(E) and big, scaled to tiny (N 4, d_model 128, d_ff 256, h 4, d_k 32,
@@ -19,6 +19,11 @@
 # last checkpoint is past the peak. Rows that change d_model change the peak with it, as eq. 3
 # does in the paper.
 #
+# JOBS runs train at once, each in a process of its own with the cores shared out (1 thread each
+# on 2 cores: two 1-thread runs of tiny did 1.43x the tokens of one 2-thread run, measured
+# 2026-11-23). Seed 1 of base to C4 ran alone on 2 threads; the rows after them, two at a time on
+# 1 thread each: their "minutes" are not comparable with the first ones'.
+#
 # Carried between machines: each finished run's result (ROW-seedN/sweep-result.json, with the
 # config it was trained with) and the tables are copied to KEEP (default
 # benchmarks/runs/table3-tiny, committed) after every run, and copied back into OUT before the
@@ -32,7 +37,7 @@
 # scoring), so about 4.5 hours in all: two sessions of this project, carried over by KEEP.
 set -euo pipefail
 out=${1:-bench/table3-tiny}
-steps=${STEPS:-600} warmup=${WARMUP:-200} seeds=${SEEDS:-2}
+steps=${STEPS:-600} warmup=${WARMUP:-200} seeds=${SEEDS:-2} jobs=${JOBS:-2}
 data_dir=${TRANSDUCE_DATA:-../shared/data}
 lr_scale=$(python3 -c "print(round(0.005 * (128 * $warmup) ** 0.5, 6))")
 keep=${KEEP-benchmarks/runs/table3-tiny}
@@ -58,7 +63,7 @@ saver=$!
 transduce prepare multi30k --src en --tgt de --variant tok --data-dir "$data_dir" \
   --vocab-size 10000 --out "$out/data"
 transduce sweep --data "$out/data" --base tiny --rows table3 --seeds "$seeds" \
-  --one-seed-beyond 1.0 --steps "$steps" --out "$out" ${SWEEP_ARGS:-} \
+  --one-seed-beyond 1.0 --steps "$steps" --jobs "$jobs" --out "$out" ${SWEEP_ARGS:-} \
   --set train.warmup_steps="$warmup" train.lr_scale="$lr_scale" train.valid_every=250 ${SET:-} \
   2>&1 | tee -a "$out/sweep.log"
 kill "$saver" 2>/dev/null || true

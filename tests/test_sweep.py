@@ -4,8 +4,13 @@ training a finished row again; `--params-only` prints our counts beside the pape
 
 import dataclasses
 import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
 from transduce.cli import main
 from transduce.experiments import sweep as sweep_module
@@ -185,3 +190,98 @@ def test_rows_far_from_the_base_keep_one_seed(data, tmp_path, monkeypatch):
     base = sweep_base("tiny", steps=4)
     sweep(data.path, tmp_path, base, rows=["base", "B1", "D3"], seeds=3, one_seed_beyond=1.0)
     assert calls == ["base-1", "B1-1", "D3-1", "base-2", "D3-2", "base-3", "D3-3"]
+
+
+@pytest.fixture
+def torch_threads():
+    """Runs set torch's threads (train.threads); the test's process gets its own back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_runs_side_by_side_in_processes_of_their_own_learn_what_one_at_a_time_learns(
+    data, tmp_path, monkeypatch, torch_threads
+):
+    base = sweep_base("tiny", steps=4, assignments=[*as_set_arguments(QUICK), "train.threads=1"])
+    alone = sweep(data.path, tmp_path / "alone", base, rows=["base", "D3"])
+
+    def not_here(*args, **kwargs):
+        raise AssertionError("trained in the sweep's own process")
+
+    monkeypatch.setattr(sweep_module, "train", not_here)  # the processes import their own
+    side_by_side = sweep(data.path, tmp_path / "two", base, rows=["base", "D3"], jobs=2)
+    for one, two in zip(alone, side_by_side, strict=True):
+        [first], [second] = one.runs, two.runs
+        assert not second.error and second.updates == first.updates == 4
+        assert second.dev_ppl == pytest.approx(first.dev_ppl, rel=1e-5)
+        assert second.dev_score == pytest.approx(first.dev_score, abs=1e-6)
+    assert "| D3 |" in (tmp_path / "two" / "table3.md").read_text()
+
+
+def test_side_by_side_a_next_seed_waits_for_its_rows_first_and_the_bases(
+    data, tmp_path, monkeypatch, torch_threads
+):
+    first_seed_bleu = {"base": 30.0, "B1": 28.9, "D3": 30.8, "E1": 29.5}  # B1 is 1.1 away
+    events, lock, inside = [], threading.Lock(), [0, 0]  # [now, most] running at once
+
+    def scripted_run(config, row, seed, data, run_dir, device):
+        with lock:
+            events.append(("start", row, seed))
+            inside[0] += 1
+            inside[1] = max(inside)
+        time.sleep(0.3 if row == "base" else 0.1)  # the base's first seed is the slowest
+        with lock:
+            events.append(("end", row, seed))
+            inside[0] -= 1
+        return RunResult(row, seed, dev_ppl=5.0, dev_score=first_seed_bleu[row] + 0.1 * seed,
+                         parameters=1, updates=4, minutes=0.1)  # fmt: skip
+
+    monkeypatch.setattr(sweep_module, "_run", scripted_run)
+    monkeypatch.setattr(sweep_module, "_workers", lambda jobs: ThreadPoolExecutor(jobs))
+    rows = ["base", "B1", "D3", "E1"]
+    results = sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=rows, seeds=2,
+                    one_seed_beyond=1.0, jobs=2)  # fmt: skip
+    started = [(row, seed) for kind, row, seed in events if kind == "start"]
+    assert sorted(started) == sorted([("base", 1), ("B1", 1), ("D3", 1), ("E1", 1),
+                                      ("base", 2), ("D3", 2), ("E1", 2)])  # fmt: skip
+    assert inside[1] == 2  # two at a time, never more
+    for row in ("base", "D3", "E1"):
+        second = events.index(("start", row, 2))
+        assert events.index(("end", row, 1)) < second
+        assert events.index(("end", "base", 1)) < second
+    assert [len(r.runs) for r in results] == [2, 1, 2, 2]
+    assert [run.seed for run in results[0].runs] == [1, 2]
+
+
+def test_a_process_that_dies_fails_its_run_and_the_sweep_goes_on(data, tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep_module, "_task", dies_on_b1)  # sent by name to the processes
+    rows = ["B1", "base", "D3", "E1"]  # base ends first, then B1 dies while D3 runs beside it
+    results = sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=rows, jobs=2)
+    died = "its process died; run the sweep again to resume it"
+    errors = {r.row: [run.error for run in r.runs] for r in results}
+    assert errors == {"B1": [died], "base": [""], "D3": [died], "E1": [""]}  # E1: a fresh pool
+    table = (tmp_path / "table3.md").read_text()
+    assert "process died" in table and "| E1 |" in table
+
+
+def dies_on_b1(config, row, seed, data_dir, run_dir, device, log_level):
+    if row == "B1":
+        time.sleep(0.5)
+        os._exit(3)  # as the kernel's OOM killer would leave it: no exception, no result
+    time.sleep({"base": 0.0, "D3": 3.0}.get(row, 0.0))
+    return RunResult(row, seed, dev_ppl=5.0, dev_score=30.0, parameters=1, updates=4, minutes=0.1)
+
+
+def test_a_finished_run_is_kept_when_only_its_threads_change(data, tmp_path, monkeypatch,
+                                                             torch_threads):  # fmt: skip
+    real_train, trained = sweep_module.train, []
+    monkeypatch.setattr(sweep_module, "train", _recording(real_train, trained))
+    quick = as_set_arguments(QUICK)
+    sweep(data.path, tmp_path, sweep_base("tiny", steps=4, assignments=quick), rows=["base"])
+    again = sweep_base("tiny", steps=4, assignments=[*quick, "train.threads=1"])
+    sweep(data.path, tmp_path, again, rows=["base"])  # the speed, not what is learned
+    assert trained == ["base-seed1"]
+    smoothed = sweep_base("tiny", steps=4, assignments=[*quick, "train.label_smoothing=0.2"])
+    sweep(data.path, tmp_path, smoothed, rows=["base"])  # what is learned: trained again
+    assert trained == ["base-seed1", "base-seed1"]

@@ -88,6 +88,12 @@ def _add_sweep(verbs) -> None:
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=float, help="training time of each run")
     budget.add_argument("--steps", type=int, help="updates of each run")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs trained at once, each in a process of its own with train.threads threads",
+    )
     p.add_argument("--out", type=Path, help="default runs/table3-BASE")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="onto the base")
     p.add_argument("--device")
@@ -114,7 +120,7 @@ def _sweep(args) -> None:
         raise ValueError("--data is required unless --params-only")
     out = args.out or Path("runs") / f"table3-{args.base}"
     command = "transduce " + shlex.join(sys.argv[1:])
-    sweep(args.data, out, base, rows=rows, seeds=args.seeds, device=args.device,
+    sweep(args.data, out, base, rows=rows, seeds=args.seeds, device=args.device, jobs=args.jobs,
           one_seed_beyond=args.one_seed_beyond, description=f"`{command}`")  # fmt: skip
     sys.stdout.write((out / "table3.md").read_text())
 
