@@ -230,7 +230,7 @@ def test_side_by_side_a_next_seed_waits_for_its_rows_first_and_the_bases(
             events.append(("start", row, seed))
             inside[0] += 1
             inside[1] = max(inside)
-        time.sleep(0.3 if row == "base" else 0.1)  # the base's first seed is the slowest
+        time.sleep(0.6 if (row, seed) == ("base", 1) else 0.1)  # the slowest by far
         with lock:
             events.append(("end", row, seed))
             inside[0] -= 1
