@@ -4,6 +4,7 @@ optionally OpenNMT-py on its own model of the same size.
 
     python benchmarks/speed_decode.py --model RUN --prepared DATA --out bench/speed-decode \
         [--onmt-model M.pt --onmt-bin VENV/bin] [--rounds 2] [--threads 2] [--batch-1-lines 200]
+        [--engines "transduce,ctranslate2 int8"] [--batches 64 1]
     python benchmarks/speed_decode.py --model RUN --prepared DATA --out DIR --beam-memory
 
 Beam 4, length penalty 0.6, at most source length + 50 tokens, on DATA's test set: batch 64 over
@@ -163,7 +164,10 @@ def speed(args) -> None:
             args.onmt_model, args.onmt_bin, args.out, vocab, args.threads
         )
 
+    if args.engines:  # a subset, e.g. "transduce,transduce int8" (names hold no commas)
+        engines = {name: engines[name] for name in args.engines.split(",")}
     cases = {64: sources, 1: sources[: args.batch_1_lines]}
+    cases = {batch: cases[batch] for batch in args.batches}
     results = []
     for batch, lines in cases.items():
         times: dict[str, list[float]] = {name: [] for name in engines}
@@ -264,6 +268,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-1-lines", type=int, default=200)
+    parser.add_argument("--engines", help="comma-separated engine names (default: all)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[64, 1], choices=[64, 1])
     parser.add_argument("--beam-memory", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
