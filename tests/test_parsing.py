@@ -119,3 +119,19 @@ def test_evaluate_puts_the_gold_tags_back_only_when_every_output_tag_is_a_placeh
     scored = report(placeholders)
     assert "Number of Valid sentence  =      1" in scored and "tags:gold" in scored
     assert "Bracketing FMeasure       = 100.00" in scored
+
+
+def test_with_predicted_tags_checkpoints_rank_by_f1_with_the_gold_tags_put_back():
+    # EVALB drops a sentence whose punctuation tags differ from the gold ones: checkpoint A,
+    # which tags a comma NN and gets that sentence's NP wrong, would score 100 on the other
+    # sentence alone and rank above B, which has every tag right and one bracket wrong.
+    gold = ["(S (NP (DT the) (NN cat)) (, ,) (VP (VBD sat)))", "(S (NP (PRP it)) (VP (VBD ran)))"]
+    a = ["(S (NP (DT the)) (NN cat) (NN ,) (VP (VBD sat)))", "(S (NP (PRP it)) (VP (VBD ran)))"]
+    b = ["(S (NP (DT the) (NN cat)) (, ,) (VP (VBD sat)))", "(S (NP (PRP it) (VBD ran)))"]
+    task = get_task(TaskConfig(name="parse", tags=True))
+    as_evalb = [task.report(hyp, gold)[0] for hyp in (a, b)]  # what `evaluate` prints
+    assert as_evalb[0].score == 100.0 > as_evalb[1].score
+    assert "Number of Error sentence  =      1" in as_evalb[0].detail
+    ranked = [task.score(hyp, gold) for hyp in (a, b)]  # what validation ranks by
+    assert ranked[0].score < 100.0 and "Number of Error sentence  =      0" in ranked[0].detail
+    assert ranked[0].signature.endswith("tags:predicted, scored with gold")
