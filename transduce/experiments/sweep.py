@@ -133,8 +133,9 @@ def sweep(
     results = plan(base, rows)
     waiting = [(r, seed) for seed in range(1, seeds + 1) for r in results if r.config is not None]
     number, most, started = 0, len(waiting), time.monotonic()
-    running: dict[Future, tuple[RowResult, int]] = {}
     pool = _workers(jobs)
+    running: dict[Future, tuple[RowResult, int]] = {}
+    in_this_pool: set[Future] = set()  # a death in an earlier pool is dealt with already
     try:
         while waiting or running:
             while waiting and len(running) < jobs:
@@ -151,8 +152,10 @@ def sweep(
                             seed, seeds)  # fmt: skip
                 config = _with_threads(override(result.config, {"train.seed": seed}), jobs)
                 run_dir = out / f"{result.row}-seed{seed}"
-                running[pool.submit(_task, config, result.row, seed, data_dir, run_dir, device,
-                                    logging.getLogger().level)] = ready  # fmt: skip
+                future = pool.submit(_task, config, result.row, seed, data_dir, run_dir, device,
+                                     logging.getLogger().level)  # fmt: skip
+                running[future] = ready
+                in_this_pool.add(future)
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 result, seed = running.pop(future)
@@ -161,9 +164,9 @@ def sweep(
                 write_report(results, base, out, description)
                 finished = number - len(running)
                 _log_progress(run, finished, most, time.monotonic() - started)
-            if any(isinstance(f.exception(), BrokenProcessPool) for f in done):
-                pool.shutdown(cancel_futures=True)
-                pool = _workers(jobs)  # the others go on in fresh processes
+            if any(isinstance(f.exception(), BrokenProcessPool) for f in done & in_this_pool):
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool, in_this_pool = _workers(jobs), set()  # the others go on afresh
     finally:
         pool.shutdown(cancel_futures=True)
     write_report(results, base, out, description)
@@ -209,7 +212,7 @@ class _InProcess:
         future.set_result(function(*args))
         return future
 
-    def shutdown(self, cancel_futures: bool = False) -> None:
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         pass
 
 
