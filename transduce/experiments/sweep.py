@@ -132,24 +132,15 @@ def sweep(
     PreparedData.load(data_dir)  # a folder that is not prepared data fails here, not per run
     results = plan(base, rows)
     waiting = [(r, seed) for seed in range(1, seeds + 1) for r in results if r.config is not None]
-    number, most, started = 0, len(waiting), time.monotonic()
-    pool = _workers(jobs)
-    running: dict[Future, tuple[RowResult, int]] = {}
-    in_this_pool: set[Future] = set()  # a death in an earlier pool is dealt with already
+    number, started = 0, time.monotonic()
+    pool, running, in_this_pool = _workers(jobs), {}, set()  # in_this_pool: not a dead pool's
     try:
         while waiting or running:
-            while waiting and len(running) < jobs:
-                ready = next((w for w in waiting if _seed_one_scored(w, results)), None)
-                if ready is None:
-                    break  # a next seed waits for its row's first seed or the base's
-                waiting.remove(ready)
+            while len(running) < jobs and (ready := _next_run(waiting, results, one_seed_beyond)):
                 result, seed = ready
-                if seed > 1 and _far_from_base(result, results, one_seed_beyond):
-                    most -= 1
-                    continue
                 number += 1
-                logger.info("[run %d/%d] row %s, seed %d of %d", number, most, result.row,
-                            seed, seeds)  # fmt: skip
+                logger.info("[run %d/%d] row %s, seed %d of %d", number,
+                            number + len(waiting), result.row, seed, seeds)  # fmt: skip
                 config = _with_threads(override(result.config, {"train.seed": seed}), jobs)
                 run_dir = out / f"{result.row}-seed{seed}"
                 future = pool.submit(_task, config, result.row, seed, data_dir, run_dir, device,
@@ -162,8 +153,8 @@ def sweep(
                 run = _outcome(future, result.row, seed)
                 result.runs = sorted([*result.runs, run], key=lambda r: r.seed)
                 write_report(results, base, out, description)
-                finished = number - len(running)
-                _log_progress(run, finished, most, time.monotonic() - started)
+                _log_progress(run, number - len(running), number + len(waiting),
+                              time.monotonic() - started)  # fmt: skip
             if any(isinstance(f.exception(), BrokenProcessPool) for f in done & in_this_pool):
                 pool.shutdown(wait=False, cancel_futures=True)
                 pool, in_this_pool = _workers(jobs), set()  # the others go on afresh
@@ -186,6 +177,21 @@ def _far_from_base(result: RowResult, results: list[RowResult], beyond: float | 
     if distance >= beyond:
         logger.info("row %s: %.2f from the base with seed 1: one seed", result.row, distance)
     return distance >= beyond
+
+
+def _next_run(
+    waiting: list[tuple[RowResult, int]], results: list[RowResult], beyond: float | None
+) -> tuple[RowResult, int] | None:
+    """Takes from `waiting` the first run that may start now, dropping on the way the next
+    seeds of rows whose first seed is `beyond` from the base's (they keep one seed)."""
+    for candidate in list(waiting):
+        result, seed = candidate
+        if not _seed_one_scored(candidate, results):
+            continue  # it waits for its row's first seed or the base's
+        waiting.remove(candidate)
+        if seed == 1 or not _far_from_base(result, results, beyond):
+            return candidate
+    return None
 
 
 def _seed_one_scored(waiting: tuple[RowResult, int], results: list[RowResult]) -> bool:
