@@ -7,7 +7,8 @@
 # Reads the treebank from $TRANSDUCE_DATA (default ../shared/data): the full WSJ in wsj/ if there,
 # else the NLTK sample. POS tags are written XX as Vinyals et al. and the paper (TAGS=--tags keeps
 # them) and the gold tags are put back before EVALB scores. Writes OUT/summary.json: wall times, updates, best dev F1 (greedy, as
-# validated), test F1 with beam 21 / alpha 0.3 (EVALB, COLLINS.prm), repaired outputs.
+# validated), test F1 with beam 21 / alpha 0.3 (EVALB, COLLINS.prm), repaired outputs, and test F1
+# of the same search constrained to trees over the input (`parse --constrained`).
 set -euo pipefail
 minutes=$1 out=$2 preset=${3:-parse-tiny} fraction=${4:-1.0} vocab=${5:-8000}
 data_dir=${TRANSDUCE_DATA:-../shared/data}
@@ -30,6 +31,10 @@ transduce evaluate --task parse --hyp "$out/test.parsed" --ref "$out/data/test.t
 # the gold tags give every sentence a score. Dev, scored so, is what picks between settings.
 transduce evaluate --task parse --gold-tags --hyp "$out/test.parsed" \
   --ref "$out/data/test.trees.txt" > "$out/evalb-gold-tags.txt"
+transduce parse --model "$out/run" --input "$out/data/test.src.txt" --constrained \
+  --output "$out/test.constrained.parsed" 2> "$out/parse-constrained.log"
+transduce evaluate --task parse --gold-tags --hyp "$out/test.constrained.parsed" \
+  --ref "$out/data/test.trees.txt" > "$out/evalb-constrained.txt"
 transduce parse --model "$out/run" --input "$out/data/dev.src.txt" --output "$out/dev.parsed" \
   2> "$out/parse-dev.log"
 transduce evaluate --task parse --gold-tags --hyp "$out/dev.parsed" \
@@ -46,6 +51,7 @@ numbers = re.findall(r"Bracketing FMeasure\s*=\s*(\S+)", report)
 errors = re.findall(r"Number of Error sentence\s*=\s*(\d+)", report)
 gold = re.findall(r"Bracketing FMeasure\s*=\s*(\S+)", (out / "evalb-gold-tags.txt").read_text())
 dev = re.findall(r"Bracketing FMeasure\s*=\s*(\S+)", (out / "dev-evalb-gold-tags.txt").read_text())
+constrained = re.findall(r"Bracketing FMeasure\s*=\s*(\S+)", (out / "evalb-constrained.txt").read_text())
 tags = json.loads((out / "data/meta.json").read_text())["task"]["tags"]
 repaired = re.search(r"(\d+) of (\d+) outputs were repaired", (out / "parse.log").read_text())
 cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -63,6 +69,8 @@ summary = {
     "test_f1_gold_tags_all": float(gold[0]),
     "test_f1_gold_tags_len40": float(gold[1]),
     "dev_f1_gold_tags_beam21": float(dev[0]),
+    "test_f1_constrained_all": float(constrained[0]),
+    "test_f1_constrained_len40": float(constrained[1]),
     "repaired": f"{repaired.group(1)} of {repaired.group(2)}" if repaired else None,
     "machine": f"{cpu}, {subprocess.check_output(['nproc']).decode().strip()} cores",
 }

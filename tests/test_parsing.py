@@ -1,6 +1,7 @@
 """Parsing as a task end to end (s6.3): a treebank prepared for training, a model that parses,
 trees always over the input's words, and EVALB's numbers from `evaluate --task parse`."""
 
+import logging
 import random
 
 import pytest
@@ -64,7 +65,7 @@ def test_half_the_training_trees_for_a_learning_curve(treebank, tmp_path):
     assert len(half.split("train")) == 150 and len(half.split("dev")) == 12
 
 
-def test_train_parse_and_score_with_the_commands(prepared, tmp_path, capsys):
+def test_train_parse_and_score_with_the_commands(prepared, tmp_path, capsys, caplog):
     settings = PLUMBING_MODEL | {"train.max_steps": 4, "train.valid_every": 2}
     run = tmp_path / "run"
     main(["-q", "train", "--data", str(prepared.path), "--preset", "parse-tiny", "--out", str(run),
@@ -80,6 +81,13 @@ def test_train_parse_and_score_with_the_commands(prepared, tmp_path, capsys):
     assert [t.leaves() for t in trees] == [
         ["the", "dog", "saw", "a", "cat", "."],
         ["a", "mat", "sat"],
+    ]
+    caplog.set_level(logging.INFO, logger="transduce")
+    main(["parse", "--model", str(run), "--input", str(sentences), "--output", str(out),
+          "--beam", "2", "--constrained"])  # fmt: skip
+    assert "0 of 2 outputs were repaired" in caplog.text
+    assert [parse_tree(line).leaves() for line in out.read_text().splitlines()] == [
+        t.leaves() for t in trees
     ]
     gold = write_lines(tmp_path / "gold.txt", get_task(prepared.task).references(prepared, "test"))
     main(["evaluate", "--task", "parse", "--hyp", str(gold), "--ref", str(gold)])

@@ -199,6 +199,9 @@ class DecodeConfig:
     max_len_b: int = 50
     n_best: int = 1
     batch_size: int = 64  # sentences per decoding batch
+    # Parsing: search only trees over exactly the input's words (decoding/constraints.py);
+    # off, the paper's search, whose malformed outputs are repaired afterwards.
+    constrained: bool = False
 
     def __post_init__(self) -> None:
         _require(self.beam_size > 0, "decode.beam_size must be positive")

@@ -120,6 +120,12 @@ def _add_parse(verbs) -> None:
         "penalty 0.3, at most input + 300 tokens unless told otherwise.",
     )
     _add_model_and_search_arguments(p)
+    p.add_argument(
+        "--constrained",
+        action="store_true",
+        help="search only trees over exactly the input's words (one XX per word, brackets "
+        "balanced and matched); default: the paper's search, malformed outputs repaired",
+    )
     p.set_defaults(run=_parse)
 
 
@@ -133,6 +139,8 @@ def _parse(args) -> None:
         raise ValueError(f"{args.model} was not trained to parse; use `transduce translate`")
     given = {"beam_size": args.beam, "alpha": args.alpha, "batch_size": args.batch_size}
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
+    if args.constrained:
+        decode = replace(decode, constrained=True)
     results = translator.translate(_input_lines(args.input), decode)
     _write_output(args.output, "".join(hyps[0][0] + "\n" for hyps in results))
     logging.getLogger("transduce").info(

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ..models.contract import Cache, Seq2Seq
+from .constraints import TreeConstraint
 
 
 @dataclass
@@ -37,13 +38,22 @@ def max_lengths(src: Tensor, pad: int, a: float, b: int, cap: int | None = None)
 
 
 def _next_token_log_probs(
-    model: Seq2Seq, tokens: Tensor, cache: Cache, forced_end: Tensor, specials: tuple[int, int, int]
+    model: Seq2Seq,
+    tokens: Tensor,
+    cache: Cache,
+    room: Tensor,
+    specials: tuple[int, int, int],
+    constraint: TreeConstraint | None,
 ) -> Tensor:
-    """(N, V) log-probabilities; padding and BOS are never generated, and rows at their length
-    limit may only end."""
+    """(N, V) log-probabilities; padding and BOS are never generated, `constraint` masks what
+    it rules out, and rows at their length limit (`room`, tokens left before the end, 0) may
+    only end."""
     bos, eos, pad = specials
     log_probs = torch.log_softmax(model.step(tokens, cache).float(), dim=-1)
     log_probs[:, [pad, bos]] = float("-inf")
+    if constraint is not None:
+        constraint.restrict(log_probs, room)
+    forced_end = room <= 0
     if bool(forced_end.any()):
         eos_only = torch.full_like(log_probs[forced_end], float("-inf"))
         eos_only[:, eos] = log_probs[forced_end, eos]
@@ -62,8 +72,10 @@ def greedy_search(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     max_len: int | None = None,
+    constraint: TreeConstraint | None = None,
 ) -> list[list[int]]:
-    """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS."""
+    """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS.
+    `constraint` (one row per sentence) rules tokens out, as in `beam_search`."""
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     cache = model.init_cache(model.encode(src), 1)
     rows = torch.arange(src.size(0), device=src.device)  # the sentence of each live row
@@ -71,9 +83,11 @@ def greedy_search(
     results: list[list[int]] = [[] for _ in range(src.size(0))]
     for t in range(1, int(limit.max()) + 1):
         log_probs = _next_token_log_probs(
-            model, history[:, -1:], cache, limit[rows] <= t, (bos, eos, pad)
+            model, history[:, -1:], cache, limit[rows] - t, (bos, eos, pad), constraint
         )
         history = torch.cat([history, log_probs.argmax(dim=-1, keepdim=True)], dim=1)
+        if constraint is not None:
+            constraint.advance(history[:, -1])
         ended = history[:, -1] == eos
         for row in ended.nonzero().flatten().tolist():
             results[int(rows[row])] = history[row, 1:-1].tolist()
@@ -82,6 +96,8 @@ def greedy_search(
             break
         if keep.numel() < rows.numel():  # drop finished sentences
             cache.reorder(keep)
+            if constraint is not None:
+                constraint.reorder(keep)
             rows, history = rows[keep], history[keep]
     return results
 
@@ -100,13 +116,15 @@ def beam_search(
     max_len_b: int = 50,
     n_best: int = 1,
     max_len: int | None = None,
+    constraint: TreeConstraint | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; src (B, S) -> for each sentence its n_best hypotheses, best first.
 
     Each step ranks the beams' k * V extensions by log-probability (the first step: the V
     extensions of BOS, one row per sentence). An EOS among the k best ends a hypothesis, scored
     with the length penalty; the k best others go on. A sentence stops when it has k ended
-    hypotheses or reaches its length limit, and leaves the batch.
+    hypotheses or reaches its length limit, and leaves the batch. `constraint` (one row per
+    sentence to start) masks what it rules out at every step and follows the hypotheses.
     """
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
@@ -119,9 +137,9 @@ def beam_search(
     ended: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     for t in range(1, int(limit.max()) + 1):
         width = scores.size(1)
-        at_limit = limit[sentences] <= t  # (n,)
+        room = (limit[sentences] - t).repeat_interleave(width)  # tokens left before the end
         log_probs = _next_token_log_probs(
-            model, history[:, -1:], cache, at_limit.repeat_interleave(width), (bos, eos, pad)
+            model, history[:, -1:], cache, room, (bos, eos, pad), constraint
         )
         top_scores, top_row, top_token = _best_extensions(scores, log_probs, 2 * k)
         is_eos = top_token == eos
@@ -138,6 +156,9 @@ def beam_search(
         rows = (keep[:, None] * width + next_row[keep]).flatten()  # (n' * width',) old rows
         cache.reorder(rows, group=live_scores.size(1))
         history = torch.cat([history[rows], next_token[keep].view(-1, 1)], dim=1)
+        if constraint is not None:
+            constraint.reorder(rows)
+            constraint.advance(history[:, -1])
         scores, sentences = live_scores[keep], sentences[keep]
     return [sorted(h, key=lambda hyp: -hyp.score)[:n_best] for h in ended]
 

@@ -17,6 +17,7 @@ from ..models.matmul import as_torch_linears, packed_for_inference
 from ..models.saved import load_model
 from ..runtime import pick_device
 from ..tasks import get_task
+from .constraints import TreeConstraint
 from .search import Hypothesis, beam_search
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,11 @@ def decode_ids(
         for start in range(0, len(order), decode.batch_size):
             chunk = order[start : start + decode.batch_size]
             batch = collate([(sources[i], []) for i in chunk], vocab.pad, vocab.bos, vocab.eos)
+            constraint = (
+                TreeConstraint(vocab, [sources[i] for i in chunk], device)
+                if decode.constrained
+                else None
+            )
             hypotheses = beam_search(
                 model,
                 batch.src.to(device),
@@ -51,6 +57,7 @@ def decode_ids(
                 max_len_b=decode.max_len_b,
                 n_best=decode.n_best,
                 max_len=cap,
+                constraint=constraint,
             )
             for i, hyps in zip(chunk, hypotheses, strict=True):
                 results[i] = hyps
