@@ -29,7 +29,7 @@ def test_scale_and_the_tiny_preset_peak():
     assert peak == pytest.approx(0.005)
 
 
-def test_the_demo_preset_is_tiny_with_its_peak_at_update_200_and_no_dropout():
+def test_the_demo_preset_is_tiny_with_its_peak_at_update_200_no_dropout_and_alpha_1_4():
     from dataclasses import asdict
 
     from transduce.presets import demo
@@ -45,8 +45,8 @@ def test_the_demo_preset_is_tiny_with_its_peak_at_update_200_and_no_dropout():
         for key, value in asdict(getattr(config, section)).items()
         if asdict(getattr(base, section))[key] != value
     }
-    assert changed == {"model.dropout", "train.warmup_steps", "train.lr_scale"}
-    assert config.model.dropout == 0.0
+    assert changed == {"model.dropout", "train.warmup_steps", "train.lr_scale", "decode.alpha"}
+    assert config.model.dropout == 0.0 and config.decode.alpha == 1.4
 
 
 @pytest.mark.parametrize("minutes, name", [(3, "demo"), (20, "demo"), (60, "tiny")])
