@@ -143,3 +143,14 @@ def test_with_predicted_tags_checkpoints_rank_by_f1_with_the_gold_tags_put_back(
     ranked = [task.score(hyp, gold) for hyp in (a, b)]  # what validation ranks by
     assert ranked[0].score < 100.0 and "Number of Error sentence  =      0" in ranked[0].detail
     assert ranked[0].signature.endswith("tags:predicted, scored with gold")
+
+
+def test_constrained_search_refuses_a_model_that_writes_tags(treebank, tmp_path):
+    tagged = prepare_treebank(treebank, tmp_path / "data", tags=True, vocab_size=60)
+    settings = PLUMBING_MODEL | {"train.max_steps": 2, "train.valid_every": 2}
+    run = tmp_path / "run"
+    main(["-q", "train", "--data", str(tagged.path), "--preset", "parse-tiny", "--out", str(run),
+          "--set", *as_set_arguments(settings)])  # fmt: skip
+    sentences = write_lines(tmp_path / "in.txt", ["the dog sat"])
+    with pytest.raises(SystemExit, match="XX for every tag"):
+        main(["parse", "--model", str(run), "--input", str(sentences), "--constrained"])
