@@ -13,9 +13,9 @@ not continue a well-formed tree:
   brackets), and the root's only once every word is placed;
 - the end only once the root has closed.
 
-The search stays the same beam search over the model's probabilities, renormalised over
-nothing: a masked token is simply not a candidate. A row left with no allowed token (a
-length limit too short for any tree) is not constrained, so the search can always end.
+The search stays the same beam search over the model's probabilities (not renormalised): a
+masked token is simply not a candidate. A row left with no allowed token (a length limit too
+short for any tree) is not constrained, so the search can always end.
 """
 
 from __future__ import annotations
