@@ -20,6 +20,8 @@ short for any tree) is not constrained, so the search can always end.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -33,18 +35,9 @@ class TreeConstraint:
     """The state of each hypothesis of a batch's search: words placed, brackets open."""
 
     def __init__(self, vocab: Vocab, sources: list[list[int]], device: torch.device):
-        pieces = vocab.pieces(list(range(vocab.size)))
-        labels = [piece.removeprefix(WORD_START) for piece in pieces]
-        closer_ids = {label[1:]: i for i, label in enumerate(labels) if label.startswith(")")}
-        # For each opener `(X`, the id of its closer `)X`; -1 for every other token.
-        self.closer_of = torch.tensor(
-            [closer_ids.get(label[1:], -1) if label.startswith("(") else -1 for label in labels],
-            device=device,
-        )
-        self.is_closer = torch.tensor([label.startswith(")") for label in labels], device=device)
-        self.is_word = torch.tensor([label == PLACEHOLDER for label in labels], device=device)
-        if not bool(self.is_word.any()):
-            raise ValueError(f"constrained search needs the {PLACEHOLDER} placeholder piece")
+        closer_of, is_closer, is_word = _token_classes(vocab)
+        self.closer_of, self.is_closer = closer_of.to(device), is_closer.to(device)
+        self.is_word = is_word.to(device)
         self.eos = vocab.eos
         # Each source's words: its pieces that start a word.
         counts = [sum(p.startswith(WORD_START) for p in vocab.pieces(ids)) for ids in sources]
@@ -95,3 +88,18 @@ class TreeConstraint:
         self.placed += self.is_word[tokens].long()
         self.rooted |= opens
         self.just_opened = opens
+
+
+@functools.lru_cache(maxsize=4)
+def _token_classes(vocab: Vocab) -> tuple[Tensor, Tensor, Tensor]:
+    """Once per vocabulary, not per batch: for each token, its closer if it opens a bracket
+    (else -1), whether it closes one, and whether it is the placeholder."""
+    labels = [piece.removeprefix(WORD_START) for piece in vocab.pieces(list(range(vocab.size)))]
+    closer_ids = {label[1:]: i for i, label in enumerate(labels) if label.startswith(")")}
+    closer_of = torch.tensor(
+        [closer_ids.get(label[1:], -1) if label.startswith("(") else -1 for label in labels]
+    )
+    is_word = torch.tensor([label == PLACEHOLDER for label in labels])
+    if not bool(is_word.any()):
+        raise ValueError(f"constrained search needs the {PLACEHOLDER} placeholder piece")
+    return closer_of, torch.tensor([label.startswith(")") for label in labels]), is_word
