@@ -1,10 +1,11 @@
 """Training-step throughput of one preset on prepared data, for A/B trials of a change.
 
-    python benchmarks/train_step.py --prepared DATA --preset small [--updates 60] [--compile]
+    python benchmarks/train_step.py --prepared DATA --preset small [--updates 60] [--timed N]
         [--threads 2] [--set key=value ...] [--logits-loss]
 
-Runs the first `--updates` batches of epoch 0 through the Trainer's own update (forward, loss,
-backward, Adam) and prints target tokens/s over all but the first 10 updates, and the share of
+Runs the first `--updates` batches (epoch 0's, then the next epochs') through the Trainer's own
+update (forward, loss, backward, Adam) and prints target tokens/s over all but the first 10
+updates (or over the last `--timed`: later epochs meet batch shapes seen before), and the share of
 target positions that are padding, and the process's peak resident memory. `--logits-loss`
 scores through the (tokens x V) logits as before the chunked loss (training/loss.py), for A/B.
 """
@@ -12,6 +13,7 @@ scores through the (tokens x V) logits as before the chunked loss (training/loss
 from __future__ import annotations
 
 import argparse
+import itertools
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +33,7 @@ def main() -> None:
     parser.add_argument("--preset", default="small")
     parser.add_argument("--updates", type=int, default=60)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--timed", type=int, default=0, help="time the last N (0: all but 10)")
     parser.add_argument("--set", nargs="*", default=[])
     parser.add_argument("--logits-loss", action="store_true", help="the loss before chunking")
     args = parser.parse_args()
@@ -49,7 +52,8 @@ def main() -> None:
         data, device = PreparedData.load(args.prepared), pick_device("cpu")
         trainer = Trainer(config, data, Path(run), resume=False, device=device)
         sampler = trainer.sampler
-        groups = [[b] for b in sampler.batches(0)[: args.updates]]
+        epochs = itertools.chain.from_iterable(sampler.batches(e) for e in itertools.count())
+        groups = [[b] for b in itertools.islice(epochs, args.updates)]
         padding = real = 0
         for (indices,) in groups:
             batch = trainer._collate(trainer.data.split("train").pairs(indices))
@@ -57,13 +61,14 @@ def main() -> None:
             padding += batch.tgt_out.numel() - batch.n_tgt_tokens
         tokens, start = 0, None
         for i, group in enumerate(groups):
-            if i == 10:
+            if i == (len(groups) - args.timed if args.timed else 10):
                 tokens, start = 0, time.perf_counter()
             tokens += trainer._update(group).tgt_tokens
         seconds = time.perf_counter() - start
     print(
         f"{args.preset} {' '.join(args.set)}: {tokens / seconds:,.0f} target tokens/s over "
-        f"{len(groups) - 10} updates; target padding {padding / (padding + real):.1%}; "
+        f"{args.timed or len(groups) - 10} updates; "
+        f"target padding {padding / (padding + real):.1%}; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
         f"{'logits' if args.logits_loss else 'chunked'} loss; peak resident {_peak_mib():,} MiB"
     )

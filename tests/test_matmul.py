@@ -3,6 +3,11 @@ should be and only then."""
 
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -175,3 +180,48 @@ def test_as_torch_linears_shares_parameters_and_outputs():
     assert not any(m.training for m in model.modules())  # eval mode kept
     assert {id(p) for p in model.parameters()} == parameters
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+
+
+# Products of 100 row counts, as training's batches bring: the memory the process still holds
+# after them (glibc's count of bytes in use), in MiB.
+_HELD_AFTER_NEW_SHAPES = """
+import ctypes, torch
+from transduce.models.matmul import linear
+
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split())]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+torch.set_num_threads(1)
+weight = torch.randn(256, 256, requires_grad=True)
+
+def product(rows):
+    linear(torch.randn(rows, 256, requires_grad=True), weight).sum().backward()
+
+product(64)
+before = libc.mallinfo2().uordblks
+for rows in range(100, 200):
+    product(rows)
+print((libc.mallinfo2().uordblks - before) / 2**20)
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+    reason="counts the heap through glibc's mallinfo2",
+)
+def test_products_of_ever_new_shapes_do_not_pile_up_in_onednn_caches():
+    def held_mib(**cache_sizes: str) -> float:
+        env = {k: v for k, v in os.environ.items() if not k.endswith("CACHE_CAPACITY")}
+        env.pop("TRANSDUCE_CPU_MATMUL", None)
+        command = [sys.executable, "-c", _HELD_AFTER_NEW_SHAPES]
+        done = subprocess.run(command, env={**env, **cache_sizes}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return float(done.stdout.split()[-1])
+
+    bounded = held_mib()  # the caches as transduce sets them
+    libraries_default = held_mib(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024")
+    assert libraries_default > 4 * bounded  # and a value the user set is kept
+    assert bounded < 40

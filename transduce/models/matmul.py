@@ -25,6 +25,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+# oneDNN keeps each product it has compiled in a cache keyed by shape, and so does ideep, its
+# wrapper inside PyTorch; 1,024 entries each by default. Training's batch shapes change every
+# update, so both fill with products never used again, each holding its buffers: 300 shapes of
+# one 256 x 256 layer held 386 MiB, and `tiny`'s heap grew to 1.4 GB where 1.0 GB does
+# (benchmarks/MEMORY.md). 64 entries hold one update's products (its layers share shapes), so an
+# update still compiles each product once; the products in between are compiled afresh, which
+# measured no slower. Read by both libraries at their first product; a value the user set wins.
+CACHED_PRODUCTS = 64
+for _cache in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+    os.environ.setdefault(_cache, str(CACHED_PRODUCTS))
+
 _available = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 _enabled = _available and os.environ.get("TRANSDUCE_CPU_MATMUL", "onednn") != "torch"
 _can_pack = _available and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
