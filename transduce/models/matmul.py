@@ -28,10 +28,11 @@ from torch.autograd.function import once_differentiable
 # oneDNN keeps each product it has compiled in a cache keyed by shape, and so does ideep, its
 # wrapper inside PyTorch; 1,024 entries each by default. Training's batch shapes change every
 # update, so both fill with products never used again, each holding its buffers: 300 shapes of
-# one 256 x 256 layer held 386 MiB, and `tiny`'s heap grew to 1.4 GB where 1.0 GB does
-# (benchmarks/MEMORY.md). 64 entries hold one update's products (its layers share shapes), so an
-# update still compiles each product once; the products in between are compiled afresh, which
-# measured no slower. Read by both libraries at their first product; a value the user set wins.
+# one 256 x 256 layer held 386 MiB, and training `tiny` peaked at 1.8 GB, 1.3 GB with 64 entries
+# (benchmarks/MEMORY.md). 64 hold an update's 22 distinct products (its layers share shapes), so
+# each is compiled once per update and reused by every layer; the next update's new shapes are
+# compiled afresh, which measured no slower than the large caches' lookups. Both libraries read
+# these at their first product, so they are set here, on import; a value the user set wins.
 CACHED_PRODUCTS = 64
 for _cache in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
     os.environ.setdefault(_cache, str(CACHED_PRODUCTS))
