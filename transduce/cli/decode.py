@@ -140,9 +140,6 @@ def _parse(args) -> None:
     given = {"beam_size": args.beam, "alpha": args.alpha, "batch_size": args.batch_size}
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
     if args.constrained:
-        if translator.task.config.tags:
-            raise ValueError("--constrained needs a model that writes XX for every tag "
-                             "(data from `prepare ptb --no-tags`)")  # fmt: skip
         decode = replace(decode, constrained=True)
     results = translator.translate(_input_lines(args.input), decode)
     _write_output(args.output, "".join(hyps[0][0] + "\n" for hyps in results))

@@ -118,6 +118,9 @@ class Translator:
         """`translate` with each text's hypothesis (its token ids and scores); an empty line
         gives [('', Hypothesis([], 0.0, 0.0))]."""
         decode = decode or self.decode
+        if decode.constrained and self.task.config.tags:  # the constraint knows XX, not POS tags
+            raise ValueError("constrained search needs a model that writes XX for every tag "
+                             "(data from `prepare ptb --no-tags`)")  # fmt: skip
         sources = self.vocab.encode([line.strip() for line in lines])
         self._check_lengths(sources)
         todo = [i for i, line in enumerate(lines) if line.strip()]
