@@ -1,13 +1,16 @@
 """Training-step throughput of one preset on prepared data, for A/B trials of a change.
 
     python benchmarks/train_step.py --prepared DATA --preset small [--updates 60] [--timed N]
-        [--threads 2] [--set key=value ...] [--logits-loss]
+        [--threads 2] [--set key=value ...] [--logits-loss] [--peak GFLOPS] [--profile]
 
 Runs the first `--updates` batches (epoch 0's, then the next epochs') through the Trainer's own
 update (forward, loss, backward, Adam) and prints target tokens/s over all but the first 10
 updates (or over the last `--timed`: later epochs meet batch shapes seen before), and the share of
 target positions that are padding, and the process's peak resident memory. `--logits-loss`
 scores through the (tokens x V) logits as before the chunked loss (training/loss.py), for A/B.
+`--peak` (the host's float32 matrix peak, from `cpu_matmul.py`) adds model FLOP utilisation:
+6 x parameters FLOP per target token over the peak. `--profile` times the same updates again
+under torch.profiler and prints where they go by kind of operation and phase (op_profile.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import op_profile
 import torch
 
 from transduce.config import override
@@ -36,6 +40,8 @@ def main() -> None:
     parser.add_argument("--timed", type=int, default=0, help="time the last N (0: all but 10)")
     parser.add_argument("--set", nargs="*", default=[])
     parser.add_argument("--logits-loss", action="store_true", help="the loss before chunking")
+    parser.add_argument("--peak", type=float, default=0.0, help="GFLOP/s, for utilisation")
+    parser.add_argument("--profile", action="store_true", help="then profile the timed updates")
     args = parser.parse_args()
     if args.logits_loss:
         import transduce.training.step as step_module
@@ -59,19 +65,47 @@ def main() -> None:
             batch = trainer._collate(trainer.data.split("train").pairs(indices))
             real += batch.n_tgt_tokens
             padding += batch.tgt_out.numel() - batch.n_tgt_tokens
-        tokens, start = 0, None
-        for i, group in enumerate(groups):
-            if i == (len(groups) - args.timed if args.timed else 10):
-                tokens, start = 0, time.perf_counter()
-            tokens += trainer._update(group).tgt_tokens
-        seconds = time.perf_counter() - start
+        first_timed = len(groups) - args.timed if args.timed else 10
+        tokens, seconds = _timed_updates(trainer, groups, first_timed)
+        parameters = sum(p.numel() for p in trainer.network.parameters())
+        profile = _profiled_updates(trainer, groups[first_timed:]) if args.profile else None
+    rate = tokens / seconds
     print(
-        f"{args.preset} {' '.join(args.set)}: {tokens / seconds:,.0f} target tokens/s over "
-        f"{args.timed or len(groups) - 10} updates; "
+        f"{args.preset} {' '.join(args.set)}: {rate:,.0f} target tokens/s over "
+        f"{len(groups) - first_timed} updates; "
         f"target padding {padding / (padding + real):.1%}; "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
         f"{'logits' if args.logits_loss else 'chunked'} loss; peak resident {_peak_mib():,} MiB"
     )
+    model_gflops = 6 * parameters * rate / 1e9
+    utilisation = f", {model_gflops / args.peak:.1%} of the peak {args.peak:g}" if args.peak else ""
+    print(f"{parameters:,} parameters: model {model_gflops:.1f} GFLOP/s{utilisation}")
+    if profile:
+        print(profile)
+
+
+def _timed_updates(trainer: Trainer, groups: list, first_timed: int) -> tuple[int, float]:
+    """Runs every group; returns the target tokens and seconds of those from `first_timed` on."""
+    tokens, start = 0, time.perf_counter()
+    for i, group in enumerate(groups):
+        if i == first_timed:
+            tokens, start = 0, time.perf_counter()
+        tokens += trainer._update(group).tgt_tokens
+    return tokens, time.perf_counter() - start
+
+
+def _profiled_updates(trainer: Trainer, groups: list) -> str:
+    """The same updates again (their shapes now seen before) under the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        start = time.perf_counter()
+        for group in groups:
+            trainer._update(group)
+        seconds = time.perf_counter() - start
+    updates = len(groups)
+    by_kind = op_profile.table(profiler, updates, seconds)
+    return f"{by_kind}\n\n{op_profile.top_operators(profiler, updates)}"
 
 
 def _peak_mib() -> int:

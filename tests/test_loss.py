@@ -82,6 +82,43 @@ def test_the_projected_loss_in_chunks_equals_the_loss_of_the_logits(monkeypatch,
         ).loss.item() == pytest.approx(plain.loss.item(), rel=1e-5)
 
 
+def test_the_projected_loss_keeps_its_precision_where_most_probabilities_underflow():
+    """Logits spread over hundreds of nats (a confident model): exp underflows to 0 for most
+    words, and a target far below the top has a probability float32 cannot hold. The loss and
+    its gradient still match float64's, because -log p is read from the normaliser, never from
+    the log of a probability."""
+    import transduce.training.loss as loss_module
+
+    v, d = 50, 8
+    g = torch.Generator().manual_seed(2)
+    hidden = (30 * torch.randn(2, 4, d, generator=g)).requires_grad_()
+    weight = torch.randn(v, d, generator=g).requires_grad_()
+    _, target = _batch()
+    exact = label_smoothed_loss(F.linear(hidden.double(), weight.double()), target, 0.1, PAD)
+    expected = torch.autograd.grad(exact.loss, [hidden, weight])
+    fused = loss_module.projected_label_smoothed_loss(hidden, weight, target, 0.1, PAD)
+    got = torch.autograd.grad(fused.loss, [hidden, weight])
+    logits = F.linear(hidden.double(), weight.double())
+    per_target = -torch.log_softmax(logits, -1).gather(-1, target.unsqueeze(-1))[target != PAD]
+    assert per_target.max() > 104  # exp(-104) is below float32's smallest positive number
+    assert fused.loss.item() == pytest.approx(exact.loss.item(), rel=1e-5)
+    assert fused.nll.item() == pytest.approx(exact.nll.item(), rel=1e-5)
+    for mine, theirs in zip(got, expected, strict=True):
+        torch.testing.assert_close(mine, theirs.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_batch_of_padding_alone_scores_nothing_and_gets_no_gradient():
+    import transduce.training.loss as loss_module
+
+    hidden = torch.randn(2, 3, 5, requires_grad=True)
+    weight = torch.randn(7, 5, requires_grad=True)
+    target = torch.full((2, 3), PAD)
+    sums = loss_module.projected_label_smoothed_loss(hidden, weight, target, 0.1, PAD)
+    grads = torch.autograd.grad(sums.loss, [hidden, weight])
+    assert sums.loss.item() == sums.nll.item() == sums.n_tokens == 0
+    assert all((grad == 0).all() for grad in grads)
+
+
 def test_the_transformer_hands_the_loss_its_last_states_and_its_output_matrix(monkeypatch):
     """Training never builds the (tokens x V) logits of a Transformer: `model_loss` asks it for
     its states and projects them in chunks with the tied (or untied) output matrix."""

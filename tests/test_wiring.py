@@ -13,6 +13,7 @@ import transduce.training.step as step_module
 from transduce.config import override
 from transduce.data.corpus import LengthFilter
 from transduce.data.dataset import PreparedData, prepare
+from transduce.models.dropout import Dropout
 from transduce.presets import tiny
 from transduce.training.loop import Trainer
 from transduce.training.schedule import learning_rate
@@ -84,8 +85,10 @@ def test_the_loss_receives_the_configured_label_smoothing(data, tmp_path, monkey
     assert received and set(received) == {0.17}
 
 
-def _dropout_sites(model: nn.Module) -> dict[str, nn.Dropout]:
-    return {name: m for name, m in model.named_modules() if isinstance(m, nn.Dropout)}
+def _dropout_sites(model: nn.Module) -> dict[str, Dropout]:
+    """The dropout modules, which are all transduce's own (the CPU's cheaper mask)."""
+    assert not any(isinstance(m, nn.Dropout) for m in model.modules())
+    return {name: m for name, m in model.named_modules() if isinstance(m, Dropout)}
 
 
 def test_dropout_is_on_at_the_embeddings_and_every_sublayer_in_training_only(data, tmp_path):

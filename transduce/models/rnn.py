@@ -23,6 +23,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from ..config import RnnConfig
 from .cache import kept_sentences
 from .contract import AttentionMaps, Encoded
+from .dropout import Dropout
 from .matmul import Linear, linear
 from .rnn_attention import GlobalAttention
 
@@ -95,7 +96,7 @@ class RnnEncoder(nn.Module):
     def __init__(self, tokens: nn.Embedding, config: RnnConfig, pad: int):
         super().__init__()
         self.tokens, self.pad = tokens, pad
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.directions = 2 if config.bidirectional else 1
         self.rnn = _recurrent(config, config.d_embed, config.bidirectional)
         d_outputs, project = self.directions * config.d_model, config.memory_projection
@@ -129,7 +130,7 @@ class RnnDecoder(nn.Module):
     def __init__(self, tokens: nn.Embedding, config: RnnConfig):
         super().__init__()
         self.tokens = tokens
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.bahdanau, self.input_feeding = config.score == "additive", config.input_feeding
         self.n_layers, self.d_model = config.n_layers, config.d_model
         # Fed to each step beside Emb(y_{j-1}): c_j (Bahdanau), h~'_{j-1} (input feeding), or none.

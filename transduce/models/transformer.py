@@ -15,6 +15,7 @@ from ..config import TransformerConfig
 from .attention import MultiHeadAttention, padding_mask
 from .cache import DecoderCache, LayerCache
 from .contract import AttentionMaps, Encoded
+from .dropout import Dropout
 from .matmul import Linear, linear
 
 
@@ -44,7 +45,7 @@ class Embeddings(nn.Module):
         else:  # a buffer, not a parameter; recomputed past its end, so any length works
             table = sinusoidal_positions(config.max_positions, config.d_model)
             self.register_buffer("sinusoid", table, persistent=False)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """(B, T) ids at positions offset..offset+T-1 -> (B, T, d_model)."""
@@ -84,7 +85,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def sublayer_input(self, x: Tensor) -> Tensor:

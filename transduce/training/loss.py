@@ -90,30 +90,44 @@ def _chunked(
     hidden: Tensor, weight: Tensor, target: Tensor, eps: float, pad: int, wanted: tuple
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
     """The summed loss and nll of hidden (N, d) @ weight^T, chunk by chunk, and the loss's
-    gradients for hidden and weight where `wanted`."""
-    grad_hidden = torch.empty_like(hidden) if wanted[0] else None
+    gradients for hidden and weight where `wanted`.
+
+    Padding rows are dropped before the projection: they are not scored and get no gradient.
+    Each chunk takes one softmax and reads the log-probabilities it needs from the normaliser,
+    lse = log sum_k exp(x_k) = max_k x_k - log max_k p(k) (the largest probability is
+    exp(max - lse), never below 1/V, so its log is exact): -log p(y) = lse - x_y, and the
+    uniform part's mean -log p(k) = lse - mean_k x_k. A log-softmax followed by the exp the
+    gradient needs took longer on the CPU (benchmarks/SPEED.md, session 10).
+    """
+    scored = (target != pad).nonzero().squeeze(1)
+    kept_hidden, kept_target = hidden.index_select(0, scored), target.index_select(0, scored)
+    grad_kept = torch.empty_like(kept_hidden) if wanted[0] else None
     grad_weight = torch.zeros_like(weight) if wanted[1] else None
     loss, nll_sum = hidden.new_zeros(()), hidden.new_zeros(())
     vocab_size = weight.size(0)
     rows = max(1, CHUNK_LOGITS // vocab_size)
-    for start in range(0, hidden.size(0), rows):
-        h, y = hidden[start : start + rows], target[start : start + rows].unsqueeze(-1)
-        log_probs = torch.log_softmax(linear(h, weight), dim=-1)  # (r, V)
-        padding = y == pad
-        nll = -log_probs.gather(-1, y)  # (r, 1)
-        uniform = -log_probs.mean(dim=-1, keepdim=True)
-        loss += ((1.0 - eps) * nll + eps * uniform).masked_fill(padding, 0.0).sum()
-        nll_sum += nll.masked_fill(padding, 0.0).sum()
+    for start in range(0, kept_hidden.size(0), rows):
+        h, y = kept_hidden[start : start + rows], kept_target[start : start + rows].unsqueeze(-1)
+        logits = linear(h, weight)  # (r, V)
+        top, mean, at_target = logits.amax(-1, True), logits.mean(-1, True), logits.gather(-1, y)
+        probs = torch.softmax(logits, dim=-1)
+        del logits
+        log_normaliser = top - probs.amax(-1, True).log_()  # (r, 1)
+        nll = log_normaliser - at_target
+        loss += ((1.0 - eps) * nll + eps * (log_normaliser - mean)).sum()
+        nll_sum += nll.sum()
         if not any(wanted):
             continue
-        # p - q': the softmax, less eps / V everywhere and (1 - eps) more at the target; 0 on pad
-        grad = log_probs.exp_().sub_(eps / vocab_size)
+        # p - q': the softmax, less eps / V everywhere and (1 - eps) more at the target
+        grad = probs.sub_(eps / vocab_size)
         grad.scatter_add_(-1, y, grad.new_full(y.shape, eps - 1.0))
-        grad.masked_fill_(padding, 0.0)
-        if grad_hidden is not None:
-            grad_hidden[start : start + rows] = linear(grad, weight.t())  # (r, d)
+        if grad_kept is not None:
+            grad_kept[start : start + rows] = linear(grad, weight.t())  # (r, d)
         if grad_weight is not None:
             grad_weight += linear(h.t(), grad.t()).t()  # (d, V) -> (V, d)
+    grad_hidden = None
+    if grad_kept is not None:
+        grad_hidden = torch.zeros_like(hidden).index_copy_(0, scored, grad_kept)
     return loss, nll_sum, grad_hidden, grad_weight
 
 

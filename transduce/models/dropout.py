@@ -1,0 +1,73 @@
+"""Dropout (s5.4, Srivastava et al. 2014) whose mask is cheap to draw on the CPU.
+
+Each element is zeroed with probability p and the survivors are scaled by 1 / (1 - p), as
+`nn.Dropout`. On the CPU, PyTorch draws the mask with `bernoulli_`, one float from one serial
+generator call per element: at `tiny` it was 14% of an update's time on 2 threads, more than
+the attention kernel (benchmarks/SPEED.md, session 10). Here each 64-bit draw of the same
+generator (`torch.manual_seed` and the checkpointed RNG state govern it) is cut into four
+16-bit integers, and an element is dropped where its integer falls below p's share of the
+65,536 values: p is rounded to a multiple of 1/65,536 (0.1 becomes 0.100006), an error far
+below anything training can notice. The mask is kept as one byte per element for the backward,
+as `nn.Dropout` keeps it. Other devices take PyTorch's own dropout.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+LEVELS = 1 << 16  # the 16-bit integers a draw is cut into take 65,536 values
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """`F.dropout(x, p, training)`, with the CPU's mask drawn 16 bits per element."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or p == 1.0 or not x.is_floating_point():
+        return F.dropout(x, p, training=True)
+    return _CpuDropout.apply(x, p)
+
+
+def drop_mask(shape: torch.Size, p: float) -> Tensor:
+    """True where an element is dropped: each with probability round(p * 65,536) / 65,536."""
+    numel = shape.numel()
+    # random_ of an int64 draws from [0, 2^63) unless told the range: its top bit would be 0
+    # and every fourth integer non-negative, so the full range is asked for.
+    draws = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
+    integers = draws.view(torch.int16)[:numel].view(shape)  # uniform on [-32768, 32767]
+    threshold = round(p * LEVELS) - LEVELS // 2
+    return integers < threshold
+
+
+class _CpuDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, p: float) -> Tensor:
+        dropped = drop_mask(x.shape, p)
+        ctx.save_for_backward(dropped)
+        ctx.scale = 1.0 / (1.0 - p)
+        return x.masked_fill(dropped, 0.0).mul_(ctx.scale)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor):
+        (dropped,) = ctx.saved_tensors
+        return grad.masked_fill(dropped, 0.0).mul_(ctx.scale), None
+
+
+class Dropout(nn.Module):
+    """`nn.Dropout` with the CPU's cheaper mask (see the module's docstring)."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
