@@ -20,7 +20,7 @@ KINDS = (
     ("attention kernel", ("scaled_dot_product", "flash_attention")),
     ("softmax + loss", ("softmax", "nll_loss", "logsumexp", "gather", "scatter")),
     ("layer norm", ("layer_norm",)),
-    ("dropout", ("dropout", "bernoulli")),
+    ("dropout", ("dropout", "bernoulli", "random_", "masked_fill")),  # models/dropout.py's too
     ("embedding", ("embedding",)),
     ("copies + layout", ("copy_", "clone", "contiguous", "cat", "index", "fill_", "zero_")),
     ("allocation", ("empty", "resize_")),
