@@ -130,7 +130,7 @@ def test_packed_weights_give_the_same_products_and_never_go_stale(onednn_calls):
             assert len(matmul._packed) == 1
             layer.weight.add_(1.0)  # an optimizer step inside: packed afresh
             changed = layer(x)
-        assert matmul._packed == {}  # dropped on exit
+        assert matmul._packed is None  # dropped on exit
     assert onednn_calls == ["plain", "packed", "packed"]
     torch.testing.assert_close(packed, plain, rtol=0, atol=0)
     torch.testing.assert_close(changed, plain + x.sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
@@ -143,7 +143,29 @@ def test_packed_weights_are_dropped_by_the_outermost_exit_even_on_error(onednn_c
             layer(torch.randn(2, 8))
         assert len(matmul._packed) == 1  # the inner exit keeps them
         raise KeyboardInterrupt
-    assert matmul._packed == {}
+    assert matmul._packed is None
+
+
+def test_a_kept_store_carries_the_packed_weights_from_call_to_call(onednn_calls):
+    """A server's translator packs each weight once, not once per request; a weight changed
+    in place is still packed afresh, and the store is the outermost context's."""
+    layer, store = Linear(8, 6), {}
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        with matmul.packed_for_inference(store):
+            first = layer(x)
+        ((_, _, packed),) = store.values()
+        with matmul.packed_for_inference(), matmul.packed_for_inference(store):
+            assert matmul._packed is not store  # nested: the outer context's store serves
+        with matmul.packed_for_inference(store):
+            again = layer(x)
+        assert store[id(layer.weight)][2] is packed  # not packed a second time
+        layer.weight.add_(1.0)
+        with matmul.packed_for_inference(store):
+            layer(x)
+        assert store[id(layer.weight)][2] is not packed
+    assert onednn_calls == ["packed"] * 3
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
 
 
 def test_beam_search_finds_the_same_translations_either_way(onednn_calls):

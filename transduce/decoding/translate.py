@@ -13,7 +13,7 @@ from ..config import DecodeConfig, TaskConfig
 from ..data.batching import collate
 from ..data.bpe import Vocab
 from ..models import Seq2Seq
-from ..models.matmul import as_torch_linears, packed_for_inference
+from ..models.matmul import PackedWeights, as_torch_linears, packed_for_inference
 from ..models.saved import load_model
 from ..runtime import pick_device
 from ..tasks import get_task
@@ -30,13 +30,15 @@ def decode_ids(
     sources: list[list[int]],
     decode: DecodeConfig,
     device: torch.device,
+    packed_weights: PackedWeights | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search over id sequences (without EOS), batched by length; results in input order."""
+    """Beam search over id sequences (without EOS), batched by length; results in input order.
+    `packed_weights`: a store that keeps the weights packed for oneDNN between calls."""
     model.eval()
     cap = model.max_positions  # e.g. learned positions: no hypothesis may outgrow the table
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
-    with packed_for_inference():
+    with packed_for_inference(packed_weights):
         for start in range(0, len(order), decode.batch_size):
             chunk = order[start : start + decode.batch_size]
             batch = collate([(sources[i], []) for i in chunk], vocab.pad, vocab.bos, vocab.eos)
@@ -77,6 +79,12 @@ class Translator:
     ):
         self.model, self.vocab, self.decode, self.device = model.eval(), vocab, decode, device
         self.task = get_task(task or TaskConfig())
+        self.packed_weights: PackedWeights | None = None  # see keep_packed_weights
+
+    def keep_packed_weights(self) -> None:
+        """Keep the weights packed for oneDNN from one call to the next, as a server wants: a
+        copy of the model's float32 weights is held for the translator's lifetime."""
+        self.packed_weights = {}
 
     @classmethod
     def load(
@@ -125,7 +133,12 @@ class Translator:
         self._check_lengths(sources)
         todo = [i for i, line in enumerate(lines) if line.strip()]
         hypotheses = decode_ids(
-            self.model, self.vocab, [sources[i] for i in todo], decode, self.device
+            self.model,
+            self.vocab,
+            [sources[i] for i in todo],
+            decode,
+            self.device,
+            self.packed_weights,
         )
         # Every hypothesis of every line through the task's post-processing at once.
         owners = [(i, h) for i, hyps in zip(todo, hypotheses, strict=True) for h in hyps]

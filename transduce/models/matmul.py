@@ -42,10 +42,11 @@ _enabled = _available and os.environ.get("TRANSDUCE_CPU_MATMUL", "onednn") != "t
 _can_pack = _available and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 # Decoding's weights reordered into oneDNN's blocked layout, made on first use inside
-# `packed_for_inference` and dropped when the outermost one exits: id(weight) -> (the weight,
-# its version when packed, the packed copy). Holding the weight keeps its id from being reused.
-_packed: dict[int, tuple[Tensor, int, Tensor]] = {}
-_packing_depth = 0
+# `packed_for_inference`: id(weight) -> (the weight, its version when packed, the packed copy).
+# Holding the weight keeps its id from being reused. `_packed` is the store of the outermost
+# context while one is open, None outside.
+PackedWeights = dict[int, tuple[Tensor, int, Tensor]]
+_packed: PackedWeights | None = None
 PACKED_FOR_ROWS = 64  # the row count oneDNN tunes the layout for; 4-256 rows gain alike
 
 
@@ -130,7 +131,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 def _packed_or_plain(weight: Tensor) -> Tensor:
     # Inference tensors have no version counter to check staleness by: they are read unpacked.
-    if _packing_depth == 0 or not _can_pack or weight.is_inference():
+    if _packed is None or not _can_pack or weight.is_inference():
         return weight
     entry = _packed.get(id(weight))
     # A weight changed in place since it was packed (an optimizer step) is packed afresh.
@@ -142,24 +143,29 @@ def _packed_or_plain(weight: Tensor) -> Tensor:
 
 
 @contextmanager
-def packed_for_inference() -> Iterator[None]:
+def packed_for_inference(keep: PackedWeights | None = None) -> Iterator[None]:
     """Within: products without gradients read their weights prepacked for oneDNN.
 
     Decoding runs the same weights through thousands of small products, and oneDNN otherwise
     reorders each weight on every call: prepacked, beam search's products are bit for bit the
     same and 1.03-1.3x faster at 64-256 rows, up to 2.3x at 4 (batch 1; benchmarks/SPEED.md).
-    A weight is packed on its first product, so only the weights products read are copied; the
-    copies are dropped when the outermost context exits. Not for several threads decoding at
-    once: the first to leave drops the others' copies (they stay correct, only slower).
+    A weight is packed on its first product, so only the weights products read are copied.
+    The copies go into `keep` if given, a store that outlives the call (a server's translator
+    decodes request after request with the same weights: packing them again for each made a
+    one-sentence request 1.14-1.31x slower at `tiny`); otherwise they are dropped when the outermost
+    context exits. A nested context uses the outer one's store. Not for several threads
+    decoding at once: the first to leave closes the others' store (they stay correct, only
+    slower).
     """
-    global _packing_depth
-    _packing_depth += 1
+    global _packed
+    if _packed is not None:
+        yield
+        return
+    _packed = keep if keep is not None else {}
     try:
         yield
     finally:
-        _packing_depth -= 1
-        if _packing_depth == 0:
-            _packed.clear()
+        _packed = None
 
 
 class Linear(nn.Linear):

@@ -72,6 +72,7 @@ class Engine:
 
     def __init__(self, translator: Translator, name: str) -> None:
         self.translator, self.name = translator, name
+        translator.keep_packed_weights()  # request after request: not packed again for each
         self.facts = ModelFacts(
             name, self._describe(), translator.vocab, translator.decode, self.max_positions
         )

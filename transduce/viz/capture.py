@@ -92,7 +92,14 @@ def best_translations(
     """The ids of each source's best translation: beam search with `decode` (default: the
     run's settings)."""
     settings = replace(decode or translator.decode, n_best=1)
-    found = decode_ids(translator.model, translator.vocab, sources, settings, translator.device)
+    found = decode_ids(
+        translator.model,
+        translator.vocab,
+        sources,
+        settings,
+        translator.device,
+        translator.packed_weights,
+    )
     return [hypotheses[0].tokens for hypotheses in found]
 
 
