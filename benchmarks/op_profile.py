@@ -1,11 +1,12 @@
 """Where an update's time goes, by kind of operation and by phase, from a torch.profiler trace.
 
 Used by `train_step.py --profile`. Each operator's self time (its own, not its children's) is
-put in one kind (products, the attention kernel, softmax and loss, layer norm, dropout, other
-elementwise, Adam's arithmetic, copies and layout) and one phase: forward, backward (under an
-autograd engine node) or optimizer (under `Optimizer.step`/`zero_grad`, gradient clipping
-included). What the operators' self times do not cover of the wall time is Python and the
-framework between operators.
+put in one kind (products, the attention kernel, softmax and loss, layer norm, dropout, copies
+and layout, reductions, elementwise, ...) and one phase: forward, backward (under an autograd
+engine node) or optimizer (under `Optimizer.step`/`zero_grad`, and gradient clipping's
+`_foreach_` operators). `masked_fill` counts as dropout: in training it is dropout's (the fused
+attention takes its masks itself), forward and backward. What the operators' self times do not
+cover of the wall time is Python and the framework between operators.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ KINDS = (
     ("attention kernel", ("scaled_dot_product", "flash_attention")),
     ("softmax + loss", ("softmax", "nll_loss", "logsumexp", "gather", "scatter")),
     ("layer norm", ("layer_norm",)),
-    ("dropout", ("dropout", "bernoulli", "random_", "masked_fill")),  # models/dropout.py's too
+    ("dropout", ("dropout", "bernoulli", "random_", "masked_fill", "aten::lt")),  # dropout.py's
     ("embedding", ("embedding",)),
     ("copies + layout", ("copy_", "clone", "contiguous", "cat", "index", "fill_", "zero_")),
     ("allocation", ("empty", "resize_")),
@@ -38,10 +39,13 @@ def kind_of(name: str) -> str:
 
 
 def phase_of(event) -> str:
-    """The phase of the outermost range this event sits in."""
+    """The phase of the outermost range this event sits in. Gradient clipping has no range of
+    its own: its `_foreach_` operators (the model's own code has none) count as optimizer."""
     phase = "forward"
+    if event.name.startswith("aten::_foreach"):
+        return "optimizer"
     while event is not None:
-        if event.name.startswith("Optimizer.") or "clip_grad" in event.name:
+        if event.name.startswith("Optimizer."):
             return "optimizer"
         if event.name.startswith("autograd::engine"):
             phase = "backward"

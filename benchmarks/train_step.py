@@ -66,6 +66,8 @@ def main() -> None:
             real += batch.n_tgt_tokens
             padding += batch.tgt_out.numel() - batch.n_tgt_tokens
         first_timed = len(groups) - args.timed if args.timed else 10
+        if not 0 <= first_timed < len(groups):
+            parser.error(f"--timed {args.timed} of --updates {args.updates}: none to time")
         tokens, seconds = _timed_updates(trainer, groups, first_timed)
         parameters = sum(p.numel() for p in trainer.network.parameters())
         profile = _profiled_updates(trainer, groups[first_timed:]) if args.profile else None

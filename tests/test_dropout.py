@@ -5,9 +5,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transduce.models.dropout import Dropout, drop_mask, dropout
+from transduce.models.dropout import LEVELS, Dropout, drop_mask, dropout
 
 N = 400_000
+
+
+def rounded(p: float) -> float:
+    """The rate the mask draws with: p to the nearest 1/65,536."""
+    return round(p * LEVELS) / LEVELS
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.9])
@@ -16,7 +21,7 @@ def test_each_element_is_dropped_with_probability_p_whatever_its_position(p):
     (each 64-bit draw makes four elements' integers: a lane without its sign bit would never
     drop, or always), and neighbours are dropped independently."""
     torch.manual_seed(0)
-    dropped = drop_mask(torch.Size([N]), p).float()
+    dropped = drop_mask(torch.Size([N]), round(p * LEVELS)).float()
     tolerance = 5 * (p * (1 - p) / (N / 4)) ** 0.5
     assert dropped.mean().item() == pytest.approx(p, abs=tolerance / 2)
     for lane in range(4):
@@ -25,13 +30,28 @@ def test_each_element_is_dropped_with_probability_p_whatever_its_position(p):
     assert both == pytest.approx(p * p, abs=tolerance)
 
 
-def test_survivors_are_scaled_by_one_over_one_minus_p_and_the_mean_is_kept():
+def test_survivors_are_scaled_by_one_over_one_minus_the_rate_drawn_and_the_mean_is_kept():
     torch.manual_seed(1)
-    x = torch.rand(N) + 0.5
+    x = torch.rand(N, dtype=torch.float64) + 0.5
     y = dropout(x, 0.3)
     kept = y != 0
-    torch.testing.assert_close(y[kept], x[kept] / 0.7)
+    torch.testing.assert_close(y[kept], x[kept] / (1 - rounded(0.3)), rtol=1e-12, atol=0)
     assert y.mean().item() == pytest.approx(x.mean().item(), rel=0.01)
+
+
+@pytest.mark.parametrize("p", [0.99999, 0.999995, 0.9999999])
+def test_a_rate_next_to_one_drops_nearly_everything_and_never_blows_up(p):
+    """round(p * 65,536) may reach 65,536 (taken by torch's own dropout) or stop just short:
+    either way nearly every element is dropped and survivors are scaled by at most 65,536."""
+    torch.manual_seed(6)
+    y = dropout(torch.ones(100_000), p)
+    assert (y == 0).float().mean().item() > 0.999
+    assert y.max().item() <= 1 / (1 - p) + 1 and y.max().item() <= LEVELS
+
+
+def test_a_rate_that_rounds_to_zero_leaves_the_input_as_it_is():
+    x = torch.randn(1000)
+    assert dropout(x, 1e-6) is x
 
 
 def test_the_gradient_passes_where_the_element_was_kept_scaled_alike():
@@ -41,7 +61,13 @@ def test_the_gradient_passes_where_the_element_was_kept_scaled_alike():
     y = dropout(x, 0.4)
     (grad,) = torch.autograd.grad((y * weights).sum(), x)
     kept = (y != 0).double()
-    torch.testing.assert_close(grad, weights * kept / 0.6)
+    torch.testing.assert_close(grad, weights * kept / (1 - rounded(0.4)))
+    # a second derivative, as nn.Dropout allows (e.g. a gradient penalty): dropout is linear
+    y = dropout(x, 0.4)
+    (first,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)  # 2 m s^2 x
+    (second,) = torch.autograd.grad(first.sum(), x)
+    scale = 1 / (1 - rounded(0.4))
+    torch.testing.assert_close(second, 2 * (y != 0).double() * scale**2)
 
 
 def test_the_same_seed_draws_the_same_mask_and_another_seed_another():
@@ -72,4 +98,5 @@ def test_it_matches_torch_dropout_in_distribution_on_a_non_contiguous_input():
     ours, theirs = dropout(x, 0.2), F.dropout(x, 0.2)
     assert ours.shape == theirs.shape == x.shape
     assert (ours == 0).float().mean().item() == pytest.approx(0.2, abs=0.01)
-    assert set(ours.unique().tolist()) == set(theirs.unique().tolist()) == {0.0, 1.25}
+    assert set(theirs.unique().tolist()) == {0.0, 1.25}
+    assert ours.unique().tolist() == [0.0, pytest.approx(1 / (1 - rounded(0.2)))]

@@ -7,8 +7,10 @@ the attention kernel (benchmarks/SPEED.md, session 10). Here each 64-bit draw of
 generator (`torch.manual_seed` and the checkpointed RNG state govern it) is cut into four
 16-bit integers, and an element is dropped where its integer falls below p's share of the
 65,536 values: p is rounded to a multiple of 1/65,536 (0.1 becomes 0.100006), an error far
-below anything training can notice. The mask is kept as one byte per element for the backward,
-as `nn.Dropout` keeps it. Other devices take PyTorch's own dropout.
+below anything training can notice, and the survivors are scaled by the rounded rate, so the
+expectation is exact. The backward keeps the mask, one byte per element (`nn.Dropout` keeps
+four). A speed-only module, as `matmul.py`: other devices, and a rate that rounds to 1, take
+PyTorch's own dropout.
 """
 
 from __future__ import annotations
@@ -24,37 +26,25 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """`F.dropout(x, p, training)`, with the CPU's mask drawn 16 bits per element."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-    if not training or p == 0.0:
+    levels_dropped = round(p * LEVELS)
+    if not training or levels_dropped == 0:
         return x
-    if x.device.type != "cpu" or p == 1.0 or not x.is_floating_point():
+    if x.device.type != "cpu" or levels_dropped == LEVELS or not x.is_floating_point():
         return F.dropout(x, p, training=True)
-    return _CpuDropout.apply(x, p)
+    with torch.no_grad():
+        dropped = drop_mask(x.shape, levels_dropped)
+    # autograd keeps `dropped` for the backward, and a second derivative works as for any op
+    return x.masked_fill(dropped, 0.0) * (LEVELS / (LEVELS - levels_dropped))
 
 
-def drop_mask(shape: torch.Size, p: float) -> Tensor:
-    """True where an element is dropped: each with probability round(p * 65,536) / 65,536."""
+def drop_mask(shape: torch.Size, levels_dropped: int) -> Tensor:
+    """True where an element is dropped: each with probability levels_dropped / 65,536."""
     numel = shape.numel()
     # random_ of an int64 draws from [0, 2^63) unless told the range: its top bit would be 0
     # and every fourth integer non-negative, so the full range is asked for.
     draws = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
     integers = draws.view(torch.int16)[:numel].view(shape)  # uniform on [-32768, 32767]
-    threshold = round(p * LEVELS) - LEVELS // 2
-    return integers < threshold
-
-
-class _CpuDropout(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: Tensor, p: float) -> Tensor:
-        dropped = drop_mask(x.shape, p)
-        ctx.save_for_backward(dropped)
-        ctx.scale = 1.0 / (1.0 - p)
-        return x.masked_fill(dropped, 0.0).mul_(ctx.scale)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor):
-        (dropped,) = ctx.saved_tensors
-        return grad.masked_fill(dropped, 0.0).mul_(ctx.scale), None
+    return integers < levels_dropped - LEVELS // 2
 
 
 class Dropout(nn.Module):

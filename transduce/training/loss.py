@@ -95,8 +95,8 @@ def _chunked(
     Padding rows are dropped before the projection: they are not scored and get no gradient.
     Each chunk takes one softmax and reads the log-probabilities it needs from the normaliser,
     lse = log sum_k exp(x_k) = max_k x_k - log max_k p(k) (the largest probability is
-    exp(max - lse), never below 1/V, so its log is exact): -log p(y) = lse - x_y, and the
-    uniform part's mean -log p(k) = lse - mean_k x_k. A log-softmax followed by the exp the
+    exp(max - lse), never below 1/V, so its log is accurate to rounding): -log p(y) = lse - x_y,
+    and the uniform part's mean -log p(k) = lse - mean_k x_k. A log-softmax followed by the exp the
     gradient needs took longer on the CPU (benchmarks/SPEED.md, session 10).
     """
     scored = (target != pad).nonzero().squeeze(1)
@@ -112,9 +112,10 @@ def _chunked(
         top, mean, at_target = logits.amax(-1, True), logits.mean(-1, True), logits.gather(-1, y)
         probs = torch.softmax(logits, dim=-1)
         del logits
-        log_normaliser = top - probs.amax(-1, True).log_()  # (r, 1)
-        nll = log_normaliser - at_target
-        loss += ((1.0 - eps) * nll + eps * (log_normaliser - mean)).sum()
+        log_largest = probs.amax(-1, True).log_()  # (r, 1); lse = top - log_largest
+        # differences of logits first, then the log: as accurate as log_softmax's x - max - log S
+        nll = (top - at_target) - log_largest
+        loss += ((1.0 - eps) * nll + eps * ((top - mean) - log_largest)).sum()
         nll_sum += nll.sum()
         if not any(wanted):
             continue
