@@ -7,7 +7,7 @@
 #
 # Every row of (A)-(E) and big, scaled to tiny (N 4, d_model 128, d_ff 256, h 4, d_k 32,
 # P_drop 0.3), trained for STEPS updates (big: 3x), seed 1 for every row first, then seed 2 for
-# the base and every row whose seed 1 is under 1 BLEU from the base's (--one-seed-beyond 1.0:
+# the base and every row whose seed 1 is under 1 BLEU from the base's mean (--one-seed-beyond 1.0:
 # the rows further away keep one seed). Each run is scored as the paper's Table 3: dev
 # perplexity per subword and dev BLEU with beam 4 / alpha 0.6 from the last checkpoint, no
 # averaging (lowercased, on Multi30k's tokens). OUT/table3.md, .csv and .json are rewritten

@@ -177,7 +177,10 @@ def _recording(train, calls):
 
 
 def test_rows_far_from_the_base_keep_one_seed(data, tmp_path, monkeypatch):
-    first_seed_bleu = {"base": 30.0, "B1": 28.9, "D3": 30.8}  # B1 is 1.1 BLEU away
+    """Far from the base's mean over its seeds (30.1 here), not from its first seed: C2 is 1.05
+    from the base's first seed but 0.95 from its mean (two more seeds), E1 0.95 and 1.05 (one);
+    the rows' later seeds wait for every seed of the base."""
+    first_seed_bleu = {"base": 30.0, "B1": 28.9, "C2": 31.05, "D3": 30.8, "E1": 29.05}
     calls = []
 
     def scripted_run(config, row, seed, data, run_dir, device):
@@ -188,8 +191,10 @@ def test_rows_far_from_the_base_keep_one_seed(data, tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep_module, "_run", scripted_run)
     base = sweep_base("tiny", steps=4)
-    sweep(data.path, tmp_path, base, rows=["base", "B1", "D3"], seeds=3, one_seed_beyond=1.0)
-    assert calls == ["base-1", "B1-1", "D3-1", "base-2", "D3-2", "base-3", "D3-3"]
+    rows = ["base", "B1", "C2", "D3", "E1"]
+    sweep(data.path, tmp_path, base, rows=rows, seeds=3, one_seed_beyond=1.0)
+    assert calls == ["base-1", "B1-1", "C2-1", "D3-1", "E1-1", "base-2", "base-3",
+                     "C2-2", "D3-2", "C2-3", "D3-3"]  # fmt: skip
 
 
 @pytest.fixture
@@ -219,7 +224,7 @@ def test_runs_side_by_side_in_processes_of_their_own_learn_what_one_at_a_time_le
     assert "| D3 |" in (tmp_path / "two" / "table3.md").read_text()
 
 
-def test_side_by_side_a_next_seed_waits_for_its_rows_first_and_the_bases(
+def test_side_by_side_a_next_seed_waits_for_its_rows_first_and_every_seed_of_the_base(
     data, tmp_path, monkeypatch, torch_threads
 ):
     first_seed_bleu = {"base": 30.0, "B1": 28.9, "D3": 30.8, "E1": 29.5}  # B1 is 1.1 away
@@ -250,6 +255,8 @@ def test_side_by_side_a_next_seed_waits_for_its_rows_first_and_the_bases(
         second = events.index(("start", row, 2))
         assert events.index(("end", row, 1)) < second
         assert events.index(("end", "base", 1)) < second
+        if row != "base":
+            assert events.index(("end", "base", 2)) < second
     assert [len(r.runs) for r in results] == [2, 1, 2, 2]
     assert [run.seed for run in results[0].runs] == [1, 2]
 

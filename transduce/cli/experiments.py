@@ -83,7 +83,7 @@ def _add_sweep(verbs) -> None:
         "--one-seed-beyond",
         type=float,
         metavar="BLEU",
-        help="a row whose first seed scores at least this far from the base's keeps one seed",
+        help="a row whose first seed scores at least this far from the base's mean keeps one seed",
     )
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--minutes", type=float, help="training time of each run")

@@ -22,6 +22,7 @@ import json
 import logging
 import multiprocessing
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -120,11 +121,12 @@ def sweep(
     """Train and score each row of `rows` at `base` with seeds 1..`seeds`; see the module.
 
     Seed by seed: a sweep stopped in its second seed already holds every row once. With
-    `one_seed_beyond`, a row whose first seed scores at least that far from the base's first
-    seed (e.g. 1.0 BLEU) keeps one seed: its direction does not need the spread.
+    `one_seed_beyond`, a row whose first seed scores at least that far from the base (the mean
+    of its seeds, e.g. 1.0 BLEU) keeps one seed: its direction does not need the spread. A
+    row's later seeds therefore wait for its first seed and all the base's.
     With `jobs` > 1, runs train `jobs` at a time in processes of their own, each with
-    train.threads threads (if 0: the cores shared out); a row's next seed starts once its
-    first seed and the base's are scored. `description` heads the report, e.g. the command.
+    train.threads threads (if 0: the cores shared out). `description` heads the report, e.g.
+    the command.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
@@ -136,7 +138,8 @@ def sweep(
     pool, running, in_this_pool = _workers(jobs), {}, set()  # in_this_pool: not a dead pool's
     try:
         while waiting or running:
-            while len(running) < jobs and (ready := _next_run(waiting, results, one_seed_beyond)):
+            while len(running) < jobs and (ready := _next_run(waiting, results, seeds,
+                                                              one_seed_beyond)):  # fmt: skip
                 result, seed = ready
                 number += 1
                 logger.info("[run %d/%d] row %s, seed %d of %d", number,
@@ -165,28 +168,31 @@ def sweep(
 
 
 def _far_from_base(result: RowResult, results: list[RowResult], beyond: float | None) -> bool:
-    """Whether the row's first seed scored at least `beyond` from the base's first seed."""
+    """Whether the row's first seed scored at least `beyond` from the base's mean score."""
     base = next((r for r in results if r.row == "base"), None)
     if beyond is None or base is None or result is base:
         return False
-    firsts = [next((run for run in r.runs if run.seed == 1 and not run.error), None)
-              for r in (result, base)]  # fmt: skip
-    if None in firsts:
+    first = next((run for run in result.runs if run.seed == 1 and not run.error), None)
+    base_scores = [run.dev_score for run in base.runs if not run.error]
+    if first is None or not base_scores:
         return False
-    distance = abs(firsts[0].dev_score - firsts[1].dev_score)
+    distance = abs(first.dev_score - statistics.mean(base_scores))
     if distance >= beyond:
-        logger.info("row %s: %.2f from the base with seed 1: one seed", result.row, distance)
+        logger.info("row %s: %.2f from the base's mean with seed 1: one seed", result.row, distance)
     return distance >= beyond
 
 
 def _next_run(
-    waiting: list[tuple[RowResult, int]], results: list[RowResult], beyond: float | None
+    waiting: list[tuple[RowResult, int]],
+    results: list[RowResult],
+    seeds: int,
+    beyond: float | None,
 ) -> tuple[RowResult, int] | None:
     """Takes from `waiting` the first run that may start now, dropping on the way the next
-    seeds of rows whose first seed is `beyond` from the base's (they keep one seed)."""
+    seeds of rows whose first seed is `beyond` from the base's mean (they keep one seed)."""
     for candidate in list(waiting):
         result, seed = candidate
-        if not _seed_one_scored(candidate, results):
+        if not _may_start(candidate, results, seeds):
             continue  # it waits for its row's first seed or the base's
         waiting.remove(candidate)
         if seed == 1 or not _far_from_base(result, results, beyond):
@@ -194,13 +200,19 @@ def _next_run(
     return None
 
 
-def _seed_one_scored(waiting: tuple[RowResult, int], results: list[RowResult]) -> bool:
-    """Whether a waiting run may start: a first seed at once, a later one after its row's
-    first seed and the base's are scored (the one-seed-beyond rule needs both)."""
+def _may_start(waiting: tuple[RowResult, int], results: list[RowResult], seeds: int) -> bool:
+    """Whether a waiting run may start: a first seed at once; the base's later seeds after its
+    first; another row's later seeds after its first and every seed of the base (the
+    one-seed-beyond rule compares with the base's mean)."""
     result, seed = waiting
+    if seed == 1:
+        return True
+    if not any(run.seed == 1 for run in result.runs):
+        return False
     base = next((r for r in results if r.row == "base" and r.config is not None), None)
-    needed = [result] if base is None else [result, base]
-    return seed == 1 or all(any(run.seed == 1 for run in r.runs) for r in needed)
+    if base is None or result is base:
+        return True
+    return {run.seed for run in base.runs} >= set(range(1, seeds + 1))
 
 
 def _with_threads(config: Config, jobs: int) -> Config:
