@@ -24,9 +24,7 @@ LEVELS = 1 << 16  # the 16-bit integers a draw is cut into take 65,536 values
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """`F.dropout(x, p, training)`, with the CPU's mask drawn 16 bits per element."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-    levels_dropped = round(p * LEVELS)
+    levels_dropped = round(_checked(p) * LEVELS)
     if not training or levels_dropped == 0:
         return x
     if x.device.type != "cpu" or levels_dropped == LEVELS or not x.is_floating_point():
@@ -47,14 +45,18 @@ def drop_mask(shape: torch.Size, levels_dropped: int) -> Tensor:
     return integers < levels_dropped - LEVELS // 2
 
 
+def _checked(p: float) -> float:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    return p
+
+
 class Dropout(nn.Module):
     """`nn.Dropout` with the CPU's cheaper mask (see the module's docstring)."""
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-        self.p = p
+        self.p = _checked(p)  # a bad rate fails when the model is built, not at its first step
 
     def forward(self, x: Tensor) -> Tensor:
         return dropout(x, self.p, self.training)
