@@ -107,6 +107,41 @@ def test_the_projected_loss_keeps_its_precision_where_most_probabilities_underfl
         torch.testing.assert_close(mine, theirs.float(), rtol=1e-4, atol=1e-4)
 
 
+def test_a_chunk_of_logits_is_held_in_one_buffer(monkeypatch):
+    """The softmax is written over the chunk's logits: at no moment do two (rows x V) buffers
+    live at once (the loss's share of a training step's peak memory, benchmarks/MEMORY.md)."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import transduce.training.loss as loss_module
+
+    v, d, rows = 50, 8, 10  # (V x d) gradient and hidden smaller than one chunk
+    monkeypatch.setattr(loss_module, "CHUNK_LOGITS", rows * v)
+
+    class ChunkBuffers(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.alive, self.most = [], 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, tuple | list) else [out]:
+                if isinstance(t, torch.Tensor) and t.numel() >= rows * v:
+                    self.alive.append(weakref.ref(t))
+            live = {t.untyped_storage().data_ptr() for r in self.alive if (t := r()) is not None}
+            self.most = max(self.most, len(live))
+            return out
+
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(35, d, generator=g, requires_grad=True)  # 4 chunks, the last short
+    weight = torch.randn(v, d, generator=g, requires_grad=True)
+    target = torch.randint(1, v, (35,), generator=g)
+    with ChunkBuffers() as buffers:
+        loss_module.projected_label_smoothed_loss(hidden, weight, target, 0.1, PAD)
+    assert buffers.most == 1
+
+
 def test_a_batch_of_padding_alone_scores_nothing_and_gets_no_gradient():
     import transduce.training.loss as loss_module
 

@@ -55,8 +55,10 @@ def model_loss(network: torch.nn.Module, batch, eps: float, pad: int) -> LossSum
 
 
 # Rows of the pre-softmax projection taken at a time by `projected_label_smoothed_loss`: about
-# 2^23 logits (32 MiB in float32) per chunk, whatever the vocabulary.
-CHUNK_LOGITS = 1 << 23
+# 2^22 logits (16 MiB in float32) per chunk, whatever the vocabulary: with the softmax written
+# over the logits, training `tiny` peaked 0.2 GB lower than with two buffers of 2^23. Smaller
+# chunks read the (V x d) matrix more often: 2^21 made the loss 9% slower (benchmarks/MEMORY.md).
+CHUNK_LOGITS = 1 << 22
 
 
 def projected_label_smoothed_loss(
@@ -110,22 +112,24 @@ def _chunked(
         h, y = kept_hidden[start : start + rows], kept_target[start : start + rows].unsqueeze(-1)
         logits = linear(h, weight)  # (r, V)
         top, mean, at_target = logits.amax(-1, True), logits.mean(-1, True), logits.gather(-1, y)
-        probs = torch.softmax(logits, dim=-1)
+        probs = torch._softmax(logits, -1, False, out=logits)  # written over the logits
         del logits
         log_largest = probs.amax(-1, True).log_()  # (r, 1); lse = top - log_largest
         # differences of logits first, then the log: as accurate as log_softmax's x - max - log S
         nll = (top - at_target) - log_largest
         loss += ((1.0 - eps) * nll + eps * ((top - mean) - log_largest)).sum()
         nll_sum += nll.sum()
-        if not any(wanted):
-            continue
-        # p - q': the softmax, less eps / V everywhere and (1 - eps) more at the target
-        grad = probs.sub_(eps / vocab_size)
-        grad.scatter_add_(-1, y, grad.new_full(y.shape, eps - 1.0))
-        if grad_kept is not None:
-            grad_kept[start : start + rows] = linear(grad, weight.t())  # (r, d)
-        if grad_weight is not None:
-            grad_weight += linear(h.t(), grad.t()).t()  # (d, V) -> (V, d)
+        if any(wanted):
+            # p - q': the softmax, less eps / V everywhere and (1 - eps) more at the target
+            grad = probs.sub_(eps / vocab_size)
+            grad.scatter_add_(-1, y, grad.new_full(y.shape, eps - 1.0))
+            if grad_kept is not None:
+                grad_kept[start : start + rows] = linear(grad, weight.t())  # (r, d)
+            if grad_weight is not None:
+                grad_weight += linear(h.t(), grad.t()).t()  # (d, V) -> (V, d)
+            del grad
+        # freed before the next chunk's logits are made: one (r, V) buffer at any time
+        del probs
     grad_hidden = None
     if grad_kept is not None:
         grad_hidden = torch.zeros_like(hidden).index_copy_(0, scored, grad_kept)
