@@ -112,7 +112,9 @@ def _chunked(
         h, y = kept_hidden[start : start + rows], kept_target[start : start + rows].unsqueeze(-1)
         logits = linear(h, weight)  # (r, V)
         top, mean, at_target = logits.amax(-1, True), logits.mean(-1, True), logits.gather(-1, y)
-        probs = torch._softmax(logits, -1, False, out=logits)  # written over the logits
+        # written over the logits (torch.softmax takes no out=; its kernel reads a row whole
+        # before writing it, and the tests compare against the plain log_softmax path)
+        probs = torch._softmax(logits, -1, False, out=logits)
         del logits
         log_largest = probs.amax(-1, True).log_()  # (r, 1); lse = top - log_largest
         # differences of logits first, then the log: as accurate as log_softmax's x - max - log S
