@@ -6,8 +6,8 @@
 #
 #   STEPS=4000 JOBS=2 THREADS=1 benchmarks/parsing_curve.sh [OUT]     (the defaults; OUT bench/parse-curve)
 #
-# Run again, it resumes: a finished run is not trained again (parsing.sh), a killed one goes on
-# from its last checkpoint. Prints one Markdown row per run from each run's summary.json.
+# Run again, it resumes: a scored run is skipped, a trained one only scored (parsing.sh), a
+# killed one goes on from its last checkpoint. Prints one Markdown row per run from each run's summary.json.
 set -euo pipefail
 out=${1:-bench/parse-curve}
 steps=${STEPS:-4000} jobs=${JOBS:-2} threads=${THREADS:-1}
@@ -16,6 +16,7 @@ runs=("parse-tiny 0.25" "parse-tiny 0.5" "parse-tiny 1.0" "rnn-tiny 1.0")
 for run in "${runs[@]}"; do
   read -r preset fraction <<< "$run"
   name="$preset-$fraction"
+  if [ -f "$out/$name/summary.json" ]; then echo "$name: done"; continue; fi  # scored already
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 10; done
   TRAIN_ARGS="--max-steps $steps --set train.threads=$threads train.valid_every=250" \
     benchmarks/parsing.sh 100000 "$out/$name" "$preset" "$fraction" 8000 \

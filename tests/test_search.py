@@ -6,7 +6,8 @@ from typing import ClassVar
 import pytest
 import torch
 
-from transduce.decoding.search import beam_search, greedy_search, length_penalty
+import transduce.decoding.search as search
+from transduce.decoding.search import beam_search, greedy_search, length_penalty, top_k
 
 from .conftest import BOS, EOS, PAD, tiny_model
 from .fakes import ScriptedSeq2Seq
@@ -189,3 +190,40 @@ def test_the_first_step_runs_one_row_per_sentence_then_k():
     model.step = recording_step
     beam_search(model, src, **SPECIALS, beam_size=3, max_len_b=6)
     assert rows_per_step[:2] == [5, 15]
+
+
+@pytest.mark.parametrize(("columns", "k", "chunk"), [(8000, 8, 64), (8003, 8, 64), (100, 3, 8)])
+def test_top_k_by_chunks_equals_topk(columns, k, chunk):
+    """The k best of a row by way of its chunks' maxima: the same values and columns as `topk`,
+    also where masks leave a row few finite entries (constraints) or one (a forced end)."""
+    torch.manual_seed(0)
+    x = torch.randn(6, columns) * 3
+    x[1, ::2] = float("-inf")  # half the row ruled out
+    x[2, columns - 3 :] = 50.0 + torch.arange(3.0)  # the best in the short last chunk
+    x[3] = float("-inf")
+    x[3, 7] = 0.0  # only one entry left
+    x[4, : columns // 2] = 40.0 + torch.rand(columns // 2)  # the best all in the first half
+    values, columns_of = top_k(x, k, chunk)
+    expected_values, expected_columns = x.topk(k, dim=1)
+    assert torch.equal(values, expected_values)
+    finite = expected_values > float("-inf")  # which -inf entry fills the rest is arbitrary
+    assert torch.equal(columns_of[finite], expected_columns[finite])
+    assert torch.equal(x.gather(1, columns_of), values)
+
+
+def test_beam_search_by_chunked_top_k_is_unchanged(monkeypatch):
+    """The search's own vocabularies here are narrower than a chunk; chunks of 3 tokens make it
+    take the chunked path, and every hypothesis comes out the same."""
+    model, src = tiny_model(4, vocab_size=40), _sources()
+    expected = beam_search(model, src, **SPECIALS, beam_size=4, n_best=4, max_len_b=8)
+    taken = []
+
+    def chunked(x, k):
+        taken.append(x.size(1) // 3 > k)
+        return top_k(x, k, chunk=3)
+
+    monkeypatch.setattr(search, "top_k", chunked)
+    found = beam_search(model, src, **SPECIALS, beam_size=4, n_best=4, max_len_b=8)
+    assert taken and all(taken)
+    assert [[h.tokens for h in s] for s in found] == [[h.tokens for h in s] for s in expected]
+    assert [[h.score for h in s] for s in found] == [[h.score for h in s] for s in expected]

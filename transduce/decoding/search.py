@@ -172,11 +172,34 @@ def _best_extensions(scores: Tensor, log_probs: Tensor, n: int) -> tuple[Tensor,
     """
     width = scores.size(1)
     per_row = min(n, log_probs.size(1))
-    row_log_probs, row_tokens = log_probs.topk(per_row, dim=1)  # (S * width, per_row)
+    row_log_probs, row_tokens = top_k(log_probs, per_row)  # (S * width, per_row)
     extended = (scores.view(-1, 1) + row_log_probs).view(-1, width * per_row)
     top_scores, top_index = extended.topk(min(n, width * per_row), dim=1)
     top_token = row_tokens.view(-1, width * per_row).gather(1, top_index)
     return top_scores, top_index // per_row, top_token
+
+
+def top_k(x: Tensor, k: int, chunk: int = 64) -> tuple[Tensor, Tensor]:
+    """`x.topk(k, dim=1)` for rows as wide as a vocabulary, about twice as fast on a CPU.
+
+    Cut each row into chunks of `chunk` columns and a shorter rest: its k largest entries lie in
+    the rest or in the k chunks with the largest maxima (an entry in any other chunk has k chunk
+    maxima, k distinct entries, at or above it). So one fast pass of maxima picks k chunks, and a
+    top-k of their k * chunk entries and the rest finishes. Equal to `topk` up to the order of
+    equal values.
+    """
+    rows, columns = x.shape
+    whole = columns // chunk
+    if k >= whole:  # too narrow to gain anything
+        return x.topk(k, dim=1)
+    maxima = x[:, : whole * chunk].view(rows, whole, chunk).amax(dim=2)  # (rows, whole)
+    first_columns = maxima.topk(k, dim=1).indices * chunk  # (rows, k)
+    candidates = (first_columns[:, :, None] + torch.arange(chunk, device=x.device)).view(rows, -1)
+    if columns > whole * chunk:
+        rest = torch.arange(whole * chunk, columns, device=x.device).expand(rows, -1)
+        candidates = torch.cat([candidates, rest], dim=1)
+    values, where = x.gather(1, candidates).topk(k, dim=1)
+    return values, candidates.gather(1, where)
 
 
 def _collect_ended(
