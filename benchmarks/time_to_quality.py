@@ -10,6 +10,11 @@ transduce validates every `--every` updates while it trains (its log's `elapsed`
 includes the time of those validations). OpenNMT-py saves a checkpoint every `--every` updates
 and is scored afterwards, each checkpoint at the time it was written (its validation is not
 counted against it). Both decode dev greedily and are scored by the same BLEU.
+
+`--averaged` also scores, at each of transduce's validations, the model a run stopped there
+would have handed over: the average its training ends with (`train.average_last` checkpoints,
+past the warmup and in the run's second half), rebuilt afterwards from the checkpoints it kept
+(keep them all: `--set train.keep_last=...`). `--score-only` scores a finished run again.
 """
 
 from __future__ import annotations
@@ -23,13 +28,34 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers
+import torch
 
 from transduce.data.dataset import PreparedData
+from transduce.models.saved import load_model
+from transduce.tasks import get_task
 from transduce.tasks.metrics import bleu
+from transduce.training.checkpoint import CheckpointStore, average
+from transduce.training.validation import dev_score
 
 
 def transduce_curve(args) -> list[dict]:
     run = args.out / "run"
+    if not args.score_only:
+        train(args, run)
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    curve = [
+        {"step": r["step"], "minutes": r["elapsed"] / 60, "bleu": r["bleu"]}
+        for r in records
+        if r["kind"] == "valid" and "bleu" in r
+    ]
+    if args.averaged:
+        for point in curve:
+            point["bleu_averaged"], point["averaged_steps"] = averaged_bleu(run, args, point)
+            print(point, flush=True)
+    return curve
+
+
+def train(args, run: Path) -> None:
     command = [
         sys.executable, "-m", "transduce", "train", "--data", str(args.prepared),
         "--preset", "small", "--out", str(run), "--max-minutes", str(args.minutes),
@@ -37,12 +63,19 @@ def transduce_curve(args) -> list[dict]:
         "--set", f"train.valid_every={args.every}", f"train.threads={args.threads}", *args.set,
     ]  # fmt: skip
     peers.run_measured(command, args.out / "stdout.log", peers.thread_env(args.threads))
-    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
-    return [
-        {"step": r["step"], "minutes": r["elapsed"] / 60, "bleu": r["bleu"]}
-        for r in records
-        if r["kind"] == "valid" and "bleu" in r
-    ]
+
+
+def averaged_bleu(run: Path, args, point: dict) -> tuple[float, list[int]]:
+    """Dev BLEU (greedy) of the average a run ending at `point` would write (loop._average)."""
+    store = CheckpointStore(run, keep_last=10**6)
+    kept = [s for s in store.steps() if s <= point["step"]]
+    saved = load_model(run, store.path(kept[-1]))
+    since = max(saved.config.train.warmup_steps, point["step"] / 2)
+    steps = [s for s in kept if s >= since][-saved.config.train.average_last :] or kept[-1:]
+    saved.model.load_state_dict(average([store.path(s) for s in steps])["model"])
+    torch.set_num_threads(args.threads)
+    data, task = PreparedData.load(args.prepared), get_task(saved.config.task)
+    return dev_score(saved.model, data, saved.config, torch.device("cpu"), task), steps
 
 
 def onmt_curve(args) -> list[dict]:
@@ -92,6 +125,8 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=35.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", nargs="*", default=[], help="transduce settings, key=value")
+    parser.add_argument("--averaged", action="store_true", help="also score the averages")
+    parser.add_argument("--score-only", action="store_true", help="score --out/run, no training")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     curve = transduce_curve(args) if args.toolkit == "transduce" else onmt_curve(args)
@@ -102,6 +137,9 @@ def main() -> None:
         "target_bleu": args.target,
         "settings": args.set if args.toolkit == "transduce" else "benchmarks/peers.py onmt_config",
         "reached": reached,
+        "reached_averaged": next(
+            (point for point in curve if point.get("bleu_averaged", -1) >= args.target), None
+        ),
         "curve": curve,
     }
     (args.out / "time-to-quality.json").write_text(json.dumps(summary, indent=2))
