@@ -1,11 +1,12 @@
 """transduce's beam search alone, timed on a prepared test set: the A/B of a decoding change.
 
     python benchmarks/decode_time.py --model RUN --prepared DATA [--threads 2] [--rounds 2]
-        [--batch 64] [--lines N]
+        [--batch 64] [--beam 4] [--lines N]
     PYTHONPATH=/path/to/other/checkout python benchmarks/decode_time.py ...   # the other code
 
-Beam 4, alpha 0.6, at most source length + 50, as `speed_decode.py`, without the peers and their
-exports, so that two checkouts can be alternated quickly. Prints one JSON line: the code's path,
+Beam 4 (`--beam 1`: greedy, as validation decodes), alpha 0.6, at most source length + 50, as
+`speed_decode.py`, without the peers and their exports, so that two checkouts can be alternated
+quickly. Prints one JSON line: the code's path,
 seconds per round, and a digest of the outputs (an exact change keeps it).
 """
 
@@ -31,6 +32,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--beam", type=int, default=4, help="1: greedy")
     parser.add_argument("--lines", type=int, default=0, help="the first N test lines (0: all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -39,7 +41,7 @@ def main() -> None:
     lines = args.lines or len(test)
     sources = [test.pair(i)[0].tolist() for i in range(min(lines, len(test)))]
     model = Translator.load(args.model, device="cpu").model
-    decode = DecodeConfig(beam_size=4, alpha=0.6, max_len_b=50, batch_size=args.batch)
+    decode = DecodeConfig(beam_size=args.beam, alpha=0.6, max_len_b=50, batch_size=args.batch)
     cpu = torch.device("cpu")
     seconds = []
     with torch.inference_mode():

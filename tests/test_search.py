@@ -211,11 +211,12 @@ def test_top_k_by_chunks_equals_topk(columns, k, chunk):
     assert torch.equal(x.gather(1, columns_of), values)
 
 
-def test_beam_search_by_chunked_top_k_is_unchanged(monkeypatch):
+def test_search_by_chunked_top_k_is_unchanged(monkeypatch):
     """The search's own vocabularies here are narrower than a chunk; chunks of 3 tokens make it
-    take the chunked path, and every hypothesis comes out the same."""
+    take the chunked path (greedy's argmax too), and every hypothesis comes out the same."""
     model, src = tiny_model(4, vocab_size=40), _sources()
-    expected = beam_search(model, src, **SPECIALS, beam_size=4, n_best=4, max_len_b=8)
+    beams = beam_search(model, src, **SPECIALS, beam_size=4, n_best=4, max_len_b=8)
+    greedy = greedy_search(model, src, **SPECIALS, max_len_b=8)
     taken = []
 
     def chunked(x, k):
@@ -225,5 +226,8 @@ def test_beam_search_by_chunked_top_k_is_unchanged(monkeypatch):
     monkeypatch.setattr(search, "top_k", chunked)
     found = beam_search(model, src, **SPECIALS, beam_size=4, n_best=4, max_len_b=8)
     assert taken and all(taken)
-    assert [[h.tokens for h in s] for s in found] == [[h.tokens for h in s] for s in expected]
-    assert [[h.score for h in s] for s in found] == [[h.score for h in s] for s in expected]
+    assert [[h.tokens for h in s] for s in found] == [[h.tokens for h in s] for s in beams]
+    assert [[h.score for h in s] for s in found] == [[h.score for h in s] for s in beams]
+    taken.clear()
+    assert greedy_search(model, src, **SPECIALS, max_len_b=8) == greedy
+    assert taken and all(taken)
