@@ -58,7 +58,7 @@ def transduce_curve(args) -> list[dict]:
 def train(args, run: Path) -> None:
     command = [
         sys.executable, "-m", "transduce", "train", "--data", str(args.prepared),
-        "--preset", "small", "--out", str(run), "--max-minutes", str(args.minutes),
+        "--preset", args.preset, "--out", str(run), "--max-minutes", str(args.minutes),
         "--max-steps", "1000000",
         "--set", f"train.valid_every={args.every}", f"train.threads={args.threads}", *args.set,
     ]  # fmt: skip
@@ -125,6 +125,7 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=35.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", nargs="*", default=[], help="transduce settings, key=value")
+    parser.add_argument("--preset", default="small", help="transduce's preset (default small)")
     parser.add_argument("--averaged", action="store_true", help="also score the averages")
     parser.add_argument("--score-only", action="store_true", help="score --out/run, no training")
     args = parser.parse_args()
