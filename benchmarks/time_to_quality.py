@@ -35,6 +35,7 @@ from transduce.models.saved import load_model
 from transduce.tasks import get_task
 from transduce.tasks.metrics import bleu
 from transduce.training.checkpoint import CheckpointStore, average
+from transduce.training.loop import steps_to_average
 from transduce.training.validation import dev_score
 
 
@@ -49,8 +50,10 @@ def transduce_curve(args) -> list[dict]:
         if r["kind"] == "valid" and "bleu" in r
     ]
     if args.averaged:
+        torch.set_num_threads(args.threads)
+        data = PreparedData.load(args.prepared)
         for point in curve:
-            point["bleu_averaged"], point["averaged_steps"] = averaged_bleu(run, args, point)
+            point["bleu_averaged"], point["averaged_steps"] = averaged_bleu(run, data, point)
             print(point, flush=True)
     return curve
 
@@ -65,16 +68,13 @@ def train(args, run: Path) -> None:
     peers.run_measured(command, args.out / "stdout.log", peers.thread_env(args.threads))
 
 
-def averaged_bleu(run: Path, args, point: dict) -> tuple[float, list[int]]:
-    """Dev BLEU (greedy) of the average a run ending at `point` would write (loop._average)."""
+def averaged_bleu(run: Path, data: PreparedData, point: dict) -> tuple[float, list[int]]:
+    """Dev BLEU (greedy) of the average a run ending at `point` would write."""
     store = CheckpointStore(run, keep_last=10**6)
-    kept = [s for s in store.steps() if s <= point["step"]]
-    saved = load_model(run, store.path(kept[-1]))
-    since = max(saved.config.train.warmup_steps, point["step"] / 2)
-    steps = [s for s in kept if s >= since][-saved.config.train.average_last :] or kept[-1:]
+    saved = load_model(run, store.path(max(s for s in store.steps() if s <= point["step"])))
+    steps = steps_to_average(store.steps(), point["step"], saved.config.train)
     saved.model.load_state_dict(average([store.path(s) for s in steps])["model"])
-    torch.set_num_threads(args.threads)
-    data, task = PreparedData.load(args.prepared), get_task(saved.config.task)
+    task = get_task(saved.config.task)
     return dev_score(saved.model, data, saved.config, torch.device("cpu"), task), steps
 
 

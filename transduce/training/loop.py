@@ -23,7 +23,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from ..config import Config, DecodeConfig
+from ..config import Config, DecodeConfig, TrainConfig
 from ..data.batching import Batch, TokenBatchSampler, collate
 from ..data.dataset import PreparedData
 from ..models import build_model, count_parameters
@@ -358,21 +358,27 @@ class Trainer:
         out = self.run_dir / AVERAGE_FILE
 
         def write_average() -> None:
-            # Checkpoints from the warmup, or from the first half of the run, are far from the
-            # end point: averaging them in would pull a short run back (the demo's 10 minutes:
-            # dev BLEU 31.8 averaging from update 250 of 852, 33.9 from 500; benchmarks/DEMO.md).
-            # Only the later ones count; with none, the newest stands. Long runs are unchanged:
-            # their last `average_last` checkpoints lie in the last half.
-            train = self.config.train
-            since = max(train.warmup_steps, self.progress.step / 2)
-            steps = [s for s in self.store.steps() if s >= since]
-            paths = [self.store.path(s) for s in steps[-train.average_last :]]
-            paths = paths or self.store.last_paths(1)
+            steps = steps_to_average(self.store.steps(), self.progress.step, self.config.train)
+            paths = [self.store.path(s) for s in steps]
             save(average(paths), out)
             logger.info("averaged %d checkpoints into %s", len(paths), out)
 
         self._on_main(write_average)
         return out
+
+
+def steps_to_average(kept: list[int], step: int, train: TrainConfig) -> list[int]:
+    """The checkpoints (of those `kept`, oldest first) that a run ending at `step` averages.
+
+    Checkpoints from the warmup, or from the first half of the run, are far from the end point:
+    averaging them in would pull a short run back (the demo's 10 minutes: dev BLEU 31.8 averaging
+    from update 250 of 852, 33.9 from 500; benchmarks/DEMO.md). Only the later ones count, the
+    last `train.average_last` of them; with none, the newest kept stands. Long runs are
+    unchanged: their last `average_last` checkpoints lie in the last half.
+    """
+    kept = [s for s in kept if s <= step]
+    since = max(train.warmup_steps, step / 2)
+    return [s for s in kept if s >= since][-train.average_last :] or kept[-1:]
 
 
 class _explain_out_of_memory:
