@@ -2,6 +2,7 @@
 
     python benchmarks/train_step.py --prepared DATA --preset small [--updates 60] [--timed N]
         [--threads 2] [--set key=value ...] [--logits-loss] [--peak GFLOPS] [--profile]
+        [--mmap-mib M]
 
 Runs the first `--updates` batches (epoch 0's, then the next epochs') through the Trainer's own
 update (forward, loss, backward, Adam) and prints target tokens/s over all but the first 10
@@ -11,11 +12,14 @@ scores through the (tokens x V) logits as before the chunked loss (training/loss
 `--peak` (the host's float32 matrix peak, from `cpu_matmul.py`) adds model FLOP utilisation:
 6 x parameters FLOP per target token over the peak. `--profile` times the same updates again
 under torch.profiler and prints where they go by kind of operation and phase (op_profile.py).
+`--mmap-mib` has glibc map blocks of M MiB and more and unmap them when freed, instead of keeping
+every freed block in the heap (`runtime.keep_freed_memory`): the memory trial of MEMORY.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import itertools
 import tempfile
 import time
@@ -27,7 +31,7 @@ import torch
 from transduce.config import override
 from transduce.data.dataset import PreparedData
 from transduce.presets import preset
-from transduce.runtime import pick_device
+from transduce.runtime import keep_freed_memory, pick_device
 from transduce.training.loop import Trainer
 
 
@@ -42,7 +46,10 @@ def main() -> None:
     parser.add_argument("--logits-loss", action="store_true", help="the loss before chunking")
     parser.add_argument("--peak", type=float, default=0.0, help="GFLOP/s, for utilisation")
     parser.add_argument("--profile", action="store_true", help="then profile the timed updates")
+    parser.add_argument("--mmap-mib", type=int, default=0, help="map blocks of this size and up")
     args = parser.parse_args()
+    if args.mmap_mib:
+        _map_blocks_from(args.mmap_mib)
     if args.logits_loss:
         import transduce.training.step as step_module
         from transduce.training.loss import label_smoothed_loss
@@ -108,6 +115,13 @@ def _profiled_updates(trainer: Trainer, groups: list) -> str:
     updates = len(groups)
     by_kind = op_profile.table(profiler, updates, seconds)
     return f"{by_kind}\n\n{op_profile.top_operators(profiler, updates)}"
+
+
+def _map_blocks_from(mib: int) -> None:
+    """glibc's mmap threshold at `mib` MiB, set after the project's own (1 GiB) so it wins."""
+    keep_freed_memory()
+    if not ctypes.CDLL(None).mallopt(-3, mib << 20):  # M_MMAP_THRESHOLD
+        raise SystemExit("mallopt failed: --mmap-mib needs glibc")
 
 
 def _peak_mib() -> int:
