@@ -71,8 +71,9 @@ def train(args, run: Path) -> None:
 def averaged_bleu(run: Path, data: PreparedData, point: dict) -> tuple[float, list[int]]:
     """Dev BLEU (greedy) of the average a run ending at `point` would write."""
     store = CheckpointStore(run, keep_last=10**6)
-    saved = load_model(run, store.path(max(s for s in store.steps() if s <= point["step"])))
-    steps = steps_to_average(store.steps(), point["step"], saved.config.train)
+    kept = [s for s in store.steps() if s <= point["step"]]
+    saved = load_model(run, store.path(kept[-1]))
+    steps = steps_to_average(kept, point["step"], saved.config.train)
     saved.model.load_state_dict(average([store.path(s) for s in steps])["model"])
     task = get_task(saved.config.task)
     return dev_score(saved.model, data, saved.config, torch.device("cpu"), task), steps

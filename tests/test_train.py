@@ -11,7 +11,7 @@ from transduce.data.dataset import PreparedData, prepare
 from transduce.decoding.translate import Translator
 from transduce.presets import tiny
 from transduce.training.checkpoint import CheckpointStore, load
-from transduce.training.loop import Trainer, TrainingError, train
+from transduce.training.loop import Trainer, TrainingError, steps_to_average, train
 from transduce.training.runlog import read_log
 
 from .conftest import LEARNER_MODEL, reverse_task_files
@@ -236,6 +236,16 @@ def test_the_final_average_leaves_out_checkpoints_from_the_warmup(toy_data, tmp_
     _trainer(short, toy_data, tmp_path / "short").run()  # ends inside the warmup
     (newest,) = load(tmp_path / "short" / "average.pt")["averaged_from"]  # the newest alone
     assert int(newest.split("step_")[1][:8]) == 40
+
+
+def test_steps_to_average_for_a_run_stopped_earlier_ignores_later_checkpoints():
+    # time_to_quality.py --averaged asks, of a finished run's checkpoints, what a run stopped at
+    # an earlier update would have averaged: checkpoints after that update do not exist for it.
+    train = override(tiny(), {"train.keep_last": 20, "train.average_last": 20}).train
+    kept = list(range(250, 6001, 250))  # warmup 2,000
+    assert steps_to_average(kept, 3000, train) == list(range(2000, 3001, 250))
+    assert steps_to_average(kept, 5000, train) == list(range(2500, 5001, 250))  # second half
+    assert steps_to_average(kept, 1000, train) == [1000]  # inside the warmup: the newest alone
 
 
 def test_the_final_average_takes_only_the_second_half_of_a_short_run(toy_data, tmp_path):
