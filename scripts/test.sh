@@ -7,4 +7,5 @@ scripts/setup.sh
 . scripts/data-dir.sh
 # Lint first: a style slip fails in a second, not after the suite (rules: pyproject.toml).
 .venv/bin/ruff check --quiet transduce tests benchmarks docs
+.venv/bin/ruff format --check --quiet .
 exec .venv/bin/python -m pytest "$@"

@@ -246,4 +246,6 @@ def test_products_of_ever_new_shapes_do_not_pile_up_in_onednn_caches():
     bounded = held_mib()  # the caches as transduce sets them
     libraries_default = held_mib(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024")
     assert libraries_default > 4 * bounded  # and a value the user set is kept
-    assert bounded < 40
+    # 8 entries hold 1.6 MiB here; 16 held 4.9 and 64 (sessions 9-13) 24.6: a looser bound
+    # fragmented `small`'s heap by ~400 MiB (benchmarks/MEMORY.md, session 14)
+    assert bounded < 4

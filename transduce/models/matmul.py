@@ -26,14 +26,16 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 # oneDNN keeps each product it has compiled in a cache keyed by shape, and so does ideep, its
-# wrapper inside PyTorch; 1,024 entries each by default. Training's batch shapes change every
-# update, so both fill with products never used again, each holding its buffers: 300 shapes of
-# one 256 x 256 layer held 386 MiB, and training `tiny` peaked at 1.8 GB, 1.3 GB with 64 entries
-# (benchmarks/MEMORY.md). 64 hold an update's 22 distinct products (its layers share shapes), so
-# each is compiled once per update and reused by every layer; the next update's new shapes are
-# compiled afresh, which measured no slower than the large caches' lookups. Both libraries read
-# these at their first product, so they are set here, on import; a value the user set wins.
-CACHED_PRODUCTS = 64
+# wrapper inside PyTorch; 1,024 entries each by default. Training's row counts change every
+# update, so a cache fills with products never met again, each holding ~0.5 MiB of compiled code
+# and buffers: 300 shapes of one 256 x 256 layer held 386 MiB (benchmarks/MEMORY.md, session 9).
+# Worse, those blocks are made mid-update, between the activations, and outlive it: they pin the
+# freed heap in pieces the next update's activations do not fit. Kept to 8 entries, a product is
+# freed soon after it is compiled: training `small` peaked at 1,165-1,195 MiB against 1,566-1,611
+# with 64 and 2,562 with 256, at the same speed, and decoding was faster and 100 MiB smaller (its
+# row count changes as sentences finish; MEMORY.md, session 14). Both libraries read these at
+# their first product, so they are set here, on import; a value the user set wins.
+CACHED_PRODUCTS = 8
 for _cache in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
     os.environ.setdefault(_cache, str(CACHED_PRODUCTS))
 
