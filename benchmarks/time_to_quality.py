@@ -34,8 +34,7 @@ from transduce.data.dataset import PreparedData
 from transduce.models.saved import load_model
 from transduce.tasks import get_task
 from transduce.tasks.metrics import bleu
-from transduce.training.checkpoint import CheckpointStore, average
-from transduce.training.loop import steps_to_average
+from transduce.training.checkpoint import CheckpointStore, average, steps_to_average
 from transduce.training.validation import dev_score
 
 

@@ -40,6 +40,8 @@ def test_overrides_are_typed_and_unknown_keys_are_errors():
 def test_invalid_values_name_the_field():
     with pytest.raises(ConfigError, match=r"model\.dropout"):
         override(base(), {"model.dropout": "1.5"})
+    with pytest.raises(ConfigError, match=r"train\.cooldown must be in \[0, 1\]"):
+        override(base(), {"train.cooldown": "1.5"})
     with pytest.raises(ConfigError, match="unknown preset"):
         preset("huge")
 

@@ -3,7 +3,13 @@ import torch
 
 from transduce.config import override
 from transduce.presets import tiny
-from transduce.training.schedule import Plateau, learning_rate, make_optimizer, make_schedule
+from transduce.training.schedule import (
+    Plateau,
+    cooldown_factor,
+    learning_rate,
+    make_optimizer,
+    make_schedule,
+)
 
 
 def test_eq3_peaks_at_the_end_of_warmup():
@@ -16,6 +22,13 @@ def test_eq3_peaks_at_the_end_of_warmup():
 def test_eq3_rises_linearly_then_decays_as_inverse_square_root():
     assert learning_rate(200, 512, 4000) == pytest.approx(2 * learning_rate(100, 512, 4000))
     assert learning_rate(40000, 512, 4000) == pytest.approx(learning_rate(10000, 512, 4000) / 2)
+
+
+def test_the_cooldown_holds_the_rate_then_takes_it_linearly_to_zero_at_the_budget():
+    used = (0.0, 0.5, 0.8, 0.9, 0.95, 1.0, 1.2)
+    assert [cooldown_factor(u, 0.2) for u in used] == pytest.approx([1, 1, 1, 0.5, 0.25, 0, 0])
+    assert cooldown_factor(0.999, 0.0) == 1.0  # no cooldown: the schedule to the end
+    assert cooldown_factor(0.25, 1.0) == pytest.approx(0.75)  # the whole run: linear decay
 
 
 def test_scale_and_the_tiny_preset_peak():

@@ -28,6 +28,7 @@ SETTINGS = LEARNER_MODEL | {
     "train.warmup_steps": 8,  # the rate rises for 8 updates and then falls: both in 12
     "train.lr_scale": 0.7,
     "train.valid_bleu": False,
+    "train.cooldown": 0.0,  # eq. 3 to the end; the cooldown's tests set their own
 }
 
 
@@ -71,6 +72,45 @@ def test_the_constant_schedule_holds_its_rate(data, tmp_path):
     rates = _record_rates(trainer)
     trainer.run()
     assert rates == [3e-4] * 12
+
+
+def test_the_cooldown_takes_the_rate_linearly_down_over_the_last_steps(data, tmp_path):
+    trainer = _trainer(data, tmp_path / "run", **{"train.cooldown": 0.25})
+    rates = _record_rates(trainer)
+    trainer.run()
+    d_model = trainer.config.model.d_model
+    # Before update k, (k - 1) / 12 of the budget is spent; the last quarter cools.
+    factor = lambda k: min(1.0, (1 - (k - 1) / 12) / 0.25)  # noqa: E731
+    expected = [learning_rate(k, d_model, 8, 0.7) * factor(k) for k in range(1, 13)]
+    assert rates == pytest.approx(expected, rel=1e-12)
+    eq3 = [learning_rate(k, d_model, 8, 0.7) for k in (10, 11, 12)]
+    assert rates[-3:] == pytest.approx([eq3[0], eq3[1] * 2 / 3, eq3[2] / 3], rel=1e-12)
+
+
+class _Clock:
+    """time.monotonic for the loop: every reading is 3 seconds after the last."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 3.0
+        return self.now
+
+
+def test_a_run_in_minutes_cools_down_by_its_clock_and_stops_at_the_budget(
+    data, tmp_path, monkeypatch
+):
+    import transduce.training.loop as loop_module
+
+    monkeypatch.setattr(loop_module, "time", _Clock())
+    budget = {"train.max_minutes": 0.5, "train.max_steps": 10**6, "train.cooldown": 0.5}
+    trainer = _trainer(data, tmp_path / "run", **{"train.schedule": "constant", **budget})
+    rates = _record_rates(trainer)
+    trainer.run()
+    # Update k starts after 3 (k - 1) of the 30 seconds; the second half of the time cools.
+    assert trainer.progress.step == 10
+    assert rates == pytest.approx([1e-3] * 6 + [8e-4, 6e-4, 4e-4, 2e-4], rel=1e-12)
 
 
 def test_the_loss_receives_the_configured_label_smoothing(data, tmp_path, monkeypatch):

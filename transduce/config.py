@@ -147,6 +147,9 @@ class TrainConfig:
     plateau_factor: float = 0.5  # "plateau": the rate times this ...
     plateau_patience: int = 5  # ... after this many validations in a row without a lower dev loss
     min_lr: float = 0.0  # "plateau" never goes below this rate
+    # The last fraction of the run's budget (steps, epochs or minutes, whichever ends it first)
+    # over which the rate falls linearly to 0; 0 = none, the paper's schedule to the end.
+    cooldown: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.98
     eps: float = 1e-9
@@ -175,6 +178,7 @@ class TrainConfig:
         _require(0 < self.plateau_factor < 1, "train.plateau_factor must be in (0, 1)")
         _require(self.plateau_patience > 0, "train.plateau_patience must be positive")
         _require(0 <= self.min_lr <= self.lr, "train.min_lr must be in [0, train.lr]")
+        _require(0.0 <= self.cooldown <= 1.0, "train.cooldown must be in [0, 1]")
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")
         _require(self.accumulate > 0, "train.accumulate must be positive")
         _require(self.max_steps > 0, "train.max_steps must be positive")

@@ -39,9 +39,13 @@ class Processes:
         dist.all_reduce(tensor)
         return tensor.tolist()
 
-    def any(self, flag: bool) -> bool:
-        """True everywhere when it is true in some process: to stop all processes together."""
-        return bool(self.sum([float(flag)])[0] > 0)
+    def max(self, value: float) -> float:
+        """The largest `value` over processes (itself for one process)."""
+        if not self.parallel:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64, device=_collective_device())
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return tensor.item()
 
     def gather(self, value: object) -> list[object]:
         """Each process's `value`, indexed by rank."""

@@ -23,14 +23,14 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from ..config import Config, DecodeConfig, TrainConfig
+from ..config import Config, DecodeConfig
 from ..data.batching import Batch, TokenBatchSampler, collate
 from ..data.dataset import PreparedData
 from ..models import build_model, count_parameters
 from ..runtime import pick_device
 from ..tasks import get_task
 from . import distributed
-from .checkpoint import AVERAGE_FILE, CheckpointStore, average, save
+from .checkpoint import AVERAGE_FILE, CheckpointStore, average, save, steps_to_average
 from .resume import Progress, capture_rng, restore_rng
 from .runlog import (
     RunFolderError,
@@ -40,7 +40,7 @@ from .runlog import (
     plot_learning_curve,
     write_run_folder,
 )
-from .schedule import make_optimizer, make_schedule
+from .schedule import budget_used, cooldown_factor, make_optimizer, make_schedule
 from .step import StepResult, train_step
 from .validation import dev_loss, dev_score
 
@@ -117,6 +117,8 @@ class Trainer:
         self.store = CheckpointStore(run_dir, self.config.train.keep_last)
         self.progress = Progress(world=self.processes.world)
         self._consecutive_bad = 0
+        self._epoch_batches = (-1, 0)  # (epoch, its number of batches), for `_budget_used`
+        self.budget_used = 0.0  # of max_steps, max_epochs or max_minutes; the cooldown reads it
         if resume:
             self._restore()
         self.log = RunLog(run_dir, self.progress.step if resume else None)
@@ -197,13 +199,14 @@ class Trainer:
         )
         session_start, elapsed_before = time.monotonic(), self.progress.elapsed
         last_saved, window = self.progress.step, Window()
-        groups = iter(()) if self._should_stop() else self._update_groups()  # a finished run
+        self.budget_used = self._budget_used()
+        groups = iter(()) if self.budget_used >= 1 else self._update_groups()  # a finished run
         for group in groups:
-            result = self._update(group)
+            rate = self._rate()
+            result = self._update(group, rate)
             self.progress.elapsed = elapsed_before + time.monotonic() - session_start
             window.add(result.loss, result.nll, result.tgt_tokens)
             bar.update(1)
-            rate = self.schedule.rate(self.progress.step)
             bar.set_postfix(
                 loss=f"{result.loss:.3f}",
                 lr=f"{rate:.2e}",
@@ -216,7 +219,8 @@ class Trainer:
                 self._validate_and_save()
                 last_saved = self.progress.step
                 window.restart_clock()  # tokens/s measures training, not validation
-            if self._should_stop():
+            self.budget_used = self._budget_used()
+            if self.budget_used >= 1:
                 break
         bar.close()
         if self.progress.step != last_saved:
@@ -238,7 +242,12 @@ class Trainer:
                     group = []
             self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
 
-    def _update(self, group: list[list[int]]) -> StepResult:
+    def _rate(self) -> float:
+        """The rate of the next update: the schedule's, times the cooldown at the budget's end."""
+        rate = self.schedule.rate(self.progress.step + 1)
+        return rate * cooldown_factor(self.budget_used, self.config.train.cooldown)
+
+    def _update(self, group: list[list[int]], rate: float) -> StepResult:
         """One update over a group of batches; gives up after too many non-finite losses."""
         split, train = self.data.split("train"), self.config.train
         batches = [self._collate(split.pairs(indices)) for indices in group]
@@ -247,7 +256,7 @@ class Trainer:
                 self.network,
                 self.optimizer,
                 batches,
-                rate=self.schedule.rate(self.progress.step + 1),
+                rate=rate,
                 label_smoothing=train.label_smoothing,
                 pad=self.vocab.pad,
                 clip_norm=train.clip_norm,
@@ -272,14 +281,18 @@ class Trainer:
                 f"checkpoint is in {self.store.dir}"
             )
 
-    def _should_stop(self) -> bool:
-        train = self.config.train
-        if self.progress.step >= train.max_steps:
-            return True
-        if not train.max_minutes:
-            return False
-        # Clocks differ between processes: all stop when one runs out of time.
-        return self.processes.any(self.progress.elapsed >= 60 * train.max_minutes)
+    def _budget_used(self) -> float:
+        """How much of the run's steps, epochs or minutes is spent (schedule.budget_used)."""
+        progress, epochs = self.progress, self.progress.epoch + self._epoch_fraction()
+        used = budget_used(self.config.train, progress.step, epochs, progress.elapsed)
+        # Clocks differ between processes: all take the furthest, to stop (and cool) together.
+        return self.processes.max(used)
+
+    def _epoch_fraction(self) -> float:
+        epoch = self.progress.epoch
+        if self._epoch_batches[0] != epoch:
+            self._epoch_batches = (epoch, self.sampler.num_batches(epoch))
+        return self.progress.batch_in_epoch / max(self._epoch_batches[1], 1)
 
     def _collate(self, pairs) -> Batch:
         return collate(pairs, self.vocab.pad, self.vocab.bos, self.vocab.eos).to(self.device)
@@ -365,20 +378,6 @@ class Trainer:
 
         self._on_main(write_average)
         return out
-
-
-def steps_to_average(kept: list[int], step: int, train: TrainConfig) -> list[int]:
-    """The checkpoints (of those `kept`, oldest first) that a run ending at `step` averages.
-
-    Checkpoints from the warmup, or from the first half of the run, are far from the end point:
-    averaging them in would pull a short run back (the demo's 10 minutes: dev BLEU 31.8 averaging
-    from update 250 of 852, 33.9 from 500; benchmarks/DEMO.md). Only the later ones count, the
-    last `train.average_last` of them; with none, the newest kept stands. Long runs are
-    unchanged: their last `average_last` checkpoints lie in the last half.
-    """
-    kept = [s for s in kept if s <= step]
-    since = max(train.warmup_steps, step / 2)
-    return [s for s in kept if s >= since][-train.average_last :] or kept[-1:]
 
 
 class _explain_out_of_memory:

@@ -5,6 +5,10 @@ scaled by d_model^-0.5. "constant" holds `train.lr`. "plateau" is the recurrent 
 `train.lr`, multiplied by `train.plateau_factor` whenever the dev loss has not improved for
 `train.plateau_patience` validations. A schedule observes each validation record, and its state
 travels in the checkpoints, so a resumed run continues with the rate it had.
+
+Whatever the schedule, `train.cooldown` can end a run with the rate falling linearly to zero
+over the last part of its budget (`cooldown_factor`): a run bounded in minutes then finishes on a
+settled model instead of mid-stride at eq. 3's still-large rate.
 """
 
 from __future__ import annotations
@@ -27,6 +31,26 @@ def learning_rate(step: int, d_model: int, warmup_steps: int, scale: float = 1.0
     if step < 1:
         raise ValueError(f"steps count from 1, got {step}")
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def cooldown_factor(budget_used: float, cooldown: float) -> float:
+    """The rate's multiplier when `budget_used` (0 to 1) of the run is spent: 1, then from
+    1 - `cooldown` falling linearly to 0 at the end of the budget. `cooldown` 0 leaves it at 1.
+    """
+    if cooldown <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (1.0 - budget_used) / cooldown))
+
+
+def budget_used(train: TrainConfig, step: int, epochs: float, elapsed: float) -> float:
+    """How much of a run's budget is spent (1 = done): the largest of the fractions of
+    `max_steps`, `max_epochs` and `max_minutes` used, of the limits that are set."""
+    used = [step / train.max_steps]
+    if train.max_epochs:
+        used.append(epochs / train.max_epochs)
+    if train.max_minutes:
+        used.append(elapsed / (60 * train.max_minutes))
+    return max(used)
 
 
 class Schedule(Protocol):
