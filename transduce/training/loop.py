@@ -118,7 +118,6 @@ class Trainer:
         self.progress = Progress(world=self.processes.world)
         self._consecutive_bad = 0
         self._epoch_batches = (-1, 0)  # (epoch, its number of batches), for `_budget_used`
-        self.budget_used = 0.0  # of max_steps, max_epochs or max_minutes; the cooldown reads it
         if resume:
             self._restore()
         self.log = RunLog(run_dir, self.progress.step if resume else None)
@@ -199,10 +198,10 @@ class Trainer:
         )
         session_start, elapsed_before = time.monotonic(), self.progress.elapsed
         last_saved, window = self.progress.step, Window()
-        self.budget_used = self._budget_used()
-        groups = iter(()) if self.budget_used >= 1 else self._update_groups()  # a finished run
+        used = self._budget_used()
+        groups = iter(()) if used >= 1 else self._update_groups()  # a finished run
         for group in groups:
-            rate = self._rate()
+            rate = self._rate(used)
             result = self._update(group, rate)
             self.progress.elapsed = elapsed_before + time.monotonic() - session_start
             window.add(result.loss, result.nll, result.tgt_tokens)
@@ -219,8 +218,8 @@ class Trainer:
                 self._validate_and_save()
                 last_saved = self.progress.step
                 window.restart_clock()  # tokens/s measures training, not validation
-            self.budget_used = self._budget_used()
-            if self.budget_used >= 1:
+            used = self._budget_used()
+            if used >= 1:
                 break
         bar.close()
         if self.progress.step != last_saved:
@@ -242,10 +241,10 @@ class Trainer:
                     group = []
             self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
 
-    def _rate(self) -> float:
+    def _rate(self, used: float) -> float:
         """The rate of the next update: the schedule's, times the cooldown at the budget's end."""
         rate = self.schedule.rate(self.progress.step + 1)
-        return rate * cooldown_factor(self.budget_used, self.config.train.cooldown)
+        return rate * cooldown_factor(used, self.config.train.cooldown)
 
     def _update(self, group: list[list[int]], rate: float) -> StepResult:
         """One update over a group of batches; gives up after too many non-finite losses."""
@@ -285,6 +284,8 @@ class Trainer:
         """How much of the run's steps, epochs or minutes is spent (schedule.budget_used)."""
         progress, epochs = self.progress, self.progress.epoch + self._epoch_fraction()
         used = budget_used(self.config.train, progress.step, epochs, progress.elapsed)
+        if not self.config.train.max_minutes:
+            return used  # steps and epochs are the same in every process
         # Clocks differ between processes: all take the furthest, to stop (and cool) together.
         return self.processes.max(used)
 
