@@ -35,7 +35,9 @@ def transduce_command(python: str, prepared: Path, run: Path, size: str, threads
     return [
         python, "-m", "transduce", "train", "--data", str(prepared), "--preset", size,
         "--out", str(run), "--max-steps", "1000000",
-        "--set", "model.pre_norm=true", f"train.threads={threads}",
+        # The common setup of every toolkit (peers.py), whatever the preset's own batch and dropout
+        "--set", "model.pre_norm=true", f"data.max_tokens={peers.MAX_TOKENS}",
+        f"model.dropout={peers.SIZES[size]['dropout']}", f"train.threads={threads}",
         f"train.log_every={REPORT_EVERY}", "train.valid_every=1000000", "train.valid_bleu=false",
     ]  # fmt: skip
 

@@ -34,7 +34,12 @@ from transduce.data.dataset import PreparedData
 from transduce.models.saved import load_model
 from transduce.tasks import get_task
 from transduce.tasks.metrics import bleu
-from transduce.training.checkpoint import CheckpointStore, average, steps_to_average
+from transduce.training.checkpoint import (
+    AVERAGE_FILE,
+    CheckpointStore,
+    average,
+    steps_to_average,
+)
 from transduce.training.validation import dev_score
 
 
@@ -51,8 +56,11 @@ def transduce_curve(args) -> list[dict]:
     if args.averaged:
         torch.set_num_threads(args.threads)
         data = PreparedData.load(args.prepared)
+        written = [point["step"] for point in curve]  # a checkpoint at every validation
         for point in curve:
-            point["bleu_averaged"], point["averaged_steps"] = averaged_bleu(run, data, point)
+            point["bleu_averaged"], point["averaged_steps"] = averaged_bleu(
+                run, data, point, written
+            )
             print(point, flush=True)
     return curve
 
@@ -62,17 +70,22 @@ def train(args, run: Path) -> None:
         sys.executable, "-m", "transduce", "train", "--data", str(args.prepared),
         "--preset", args.preset, "--out", str(run), "--max-minutes", str(args.minutes),
         "--max-steps", "1000000",
-        "--set", f"train.valid_every={args.every}", f"train.threads={args.threads}", *args.set,
+        "--set", f"train.threads={args.threads}",
+        *([f"train.valid_every={args.every}"] if args.every else []), *args.set,
     ]  # fmt: skip
     peers.run_measured(command, args.out / "stdout.log", peers.thread_env(args.threads))
 
 
-def averaged_bleu(run: Path, data: PreparedData, point: dict) -> tuple[float, list[int]]:
-    """Dev BLEU (greedy) of the average a run ending at `point` would write."""
+def averaged_bleu(
+    run: Path, data: PreparedData, point: dict, written: list[int]
+) -> tuple[float | None, list[int]]:
+    """Dev BLEU (greedy) of the average a run ending at `point` would write; None where the run
+    has since deleted one of its checkpoints (the preset's `train.keep_last`)."""
+    saved = load_model(run, run / AVERAGE_FILE)  # the run's own settings
+    steps = steps_to_average(written, point["step"], saved.config.train)
     store = CheckpointStore(run, keep_last=10**6)
-    kept = [s for s in store.steps() if s <= point["step"]]
-    saved = load_model(run, store.path(kept[-1]))
-    steps = steps_to_average(kept, point["step"], saved.config.train)
+    if not all(store.path(s).exists() for s in steps):
+        return None, steps
     saved.model.load_state_dict(average([store.path(s) for s in steps])["model"])
     task = get_task(saved.config.task)
     return dev_score(saved.model, data, saved.config, torch.device("cpu"), task), steps
@@ -82,7 +95,7 @@ def onmt_curve(args) -> list[dict]:
     pieces = peers.export_pieces(args.prepared, args.out / "pieces")
     run = args.out / "run"
     config = peers.onmt_config(
-        pieces, run, "small", steps=10**6, report_every=100, save_every=args.every
+        pieces, run, "small", steps=10**6, report_every=100, save_every=args.every or 250
     )
     start = time.time()
     peers.run_measured(
@@ -121,7 +134,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--onmt-bin", type=Path)
     parser.add_argument("--minutes", type=float, default=40)
-    parser.add_argument("--every", type=int, default=250)
+    parser.add_argument(
+        "--every", type=int, help="updates between scores (transduce: default its preset's)"
+    )
     parser.add_argument("--target", type=float, default=35.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", nargs="*", default=[], help="transduce settings, key=value")
@@ -139,7 +154,7 @@ def main() -> None:
         "settings": args.set if args.toolkit == "transduce" else "benchmarks/peers.py onmt_config",
         "reached": reached,
         "reached_averaged": next(
-            (point for point in curve if point.get("bleu_averaged", -1) >= args.target), None
+            (point for point in curve if (point.get("bleu_averaged") or -1) >= args.target), None
         ),
         "curve": curve,
     }

@@ -77,3 +77,13 @@ def test_the_test_set_is_translated_with_the_checkpoint_of_lower_dev_nll(
     assert results[1].checkpoint == expected
     table = (tmp_path / "results.md").read_text()
     assert f"| {expected} |" in table and "(one seed) |" in table and "± 0.00" not in table
+
+
+@pytest.mark.parametrize("size", sorted(compare_module.PAIRS))
+def test_the_models_of_a_pair_train_on_the_same_batch_budget(size):
+    """The comparison's premise (s7: the same data and batch budget): a preset whose batch size
+    changes drags its recurrent partner along, or the pair measures the batches, not attention."""
+    from transduce.presets import preset
+
+    transformer, recurrent = (preset(name) for name in compare_module.PAIRS[size])
+    assert transformer.data.max_tokens == recurrent.data.max_tokens

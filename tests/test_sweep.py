@@ -54,12 +54,16 @@ def _changed(config, base) -> set[str]:
     return {key for key in new if new[key] != old[key]}
 
 
-@pytest.mark.parametrize("name", ["tiny", "small", "base"])
-def test_each_row_changes_exactly_the_fields_the_paper_names(name):
+@pytest.mark.parametrize(("name", "unscalable"), [("tiny", []), ("small", ["D1"]), ("base", [])])
+def test_each_row_changes_exactly_the_fields_the_paper_names(name, unscalable):
     base = sweep_base(name, steps=100)
     assert set(ROW_NAMES) == set(NAMED)
     for row in ROW_NAMES:
-        assert _changed(row_config(base, row), base) == NAMED[row], row
+        if row in unscalable:  # `small` has no dropout: D1 (P_drop 0.0) would be the base again
+            with pytest.raises(CannotScale, match=r"already has model\.dropout = 0\.0"):
+                row_config(base, row)
+        else:
+            assert _changed(row_config(base, row), base) == NAMED[row], row
 
 
 def test_rows_scale_relative_to_the_base_and_equal_the_papers_from_base():

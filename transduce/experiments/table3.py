@@ -11,8 +11,9 @@ each row is the *change* it makes, so that the same experiment can be run from a
   the base's + 0.2; a value the paper sets to 0.0 is off;
 - E1 switches to learned positions; big also trains 3x as long (300K steps against 100K).
 
-A row that cannot be scaled to a base (a d_k below 1, a width h does not divide, P_drop >= 1)
-raises `CannotScale` saying why. From `base()` every row equals the preset the paper prints.
+A row that cannot be scaled to a base (a d_k below 1, a width h does not divide, P_drop >= 1,
+a value the base already has, as D1's P_drop 0.0 at `small`) raises `CannotScale` saying why.
+From `base()` every row equals the preset the paper prints.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def fixed(key: str, value: object) -> Change:
     """A value the paper names outright: P_drop 0.0, learned positions."""
 
     def change(base: Config) -> dict[str, object]:
-        _value(base, key)
+        if _value(base, key) == value:
+            raise CannotScale(f"the base already has {key} = {value}: the row would be the base")
         return {key: value}
 
     return change
