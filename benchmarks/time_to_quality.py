@@ -6,15 +6,17 @@ first reaches a target, transduce vs OpenNMT-py, at the `small` size.
     python benchmarks/time_to_quality.py --toolkit onmt --onmt-bin VENV/bin --prepared DATA \
         --out DIR --minutes 40
 
-transduce validates every `--every` updates while it trains (its log's `elapsed`, which
-includes the time of those validations). OpenNMT-py saves a checkpoint every `--every` updates
+transduce validates every `--every` updates (default: its preset's `train.valid_every`) while
+it trains (its log's `elapsed`, which includes the time of those validations). OpenNMT-py saves
+a checkpoint every `--every` updates (default 250)
 and is scored afterwards, each checkpoint at the time it was written (its validation is not
 counted against it). Both decode dev greedily and are scored by the same BLEU.
 
 `--averaged` also scores, at each of transduce's validations, the model a run stopped there
 would have handed over: the average its training ends with (`train.average_last` checkpoints,
 past the warmup and in the run's second half), rebuilt afterwards from the checkpoints it kept
-(keep them all: `--set train.keep_last=...`). `--score-only` scores a finished run again.
+(keep them all with `--set train.keep_last=...`; an average whose checkpoints the run deleted
+scores None). `--score-only` scores a finished run again.
 """
 
 from __future__ import annotations
