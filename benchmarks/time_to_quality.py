@@ -8,9 +8,9 @@ first reaches a target, transduce vs OpenNMT-py, at the `small` size.
 
 transduce validates every `--every` updates (default: its preset's `train.valid_every`) while
 it trains (its log's `elapsed`, which includes the time of those validations). OpenNMT-py saves
-a checkpoint every `--every` updates (default 250)
-and is scored afterwards, each checkpoint at the time it was written (its validation is not
-counted against it). Both decode dev greedily and are scored by the same BLEU.
+a checkpoint every `--every` updates (default 250) and is scored afterwards, each checkpoint at
+the time it was written (its validation is not counted against it). Both decode dev greedily
+and are scored by the same BLEU.
 
 `--averaged` also scores, at each of transduce's validations, the model a run stopped there
 would have handed over: the average its training ends with (`train.average_last` checkpoints,
@@ -36,12 +36,7 @@ from transduce.data.dataset import PreparedData
 from transduce.models.saved import load_model
 from transduce.tasks import get_task
 from transduce.tasks.metrics import bleu
-from transduce.training.checkpoint import (
-    AVERAGE_FILE,
-    CheckpointStore,
-    average,
-    steps_to_average,
-)
+from transduce.training.checkpoint import CheckpointStore, average, steps_to_average
 from transduce.training.validation import dev_score
 
 
@@ -57,12 +52,13 @@ def transduce_curve(args) -> list[dict]:
     ]
     if args.averaged:
         torch.set_num_threads(args.threads)
-        data = PreparedData.load(args.prepared)
+        data, store = PreparedData.load(args.prepared), CheckpointStore(run, keep_last=10**6)
+        saved = load_model(run, store.path(store.steps()[-1]))  # the run's model and settings
         written = [point["step"] for point in curve]  # a checkpoint at every validation
         for point in curve:
-            point["bleu_averaged"], point["averaged_steps"] = averaged_bleu(
-                run, data, point, written
-            )
+            steps = steps_to_average(written, point["step"], saved.config.train)
+            point["averaged_steps"] = steps
+            point["bleu_averaged"] = averaged_bleu(saved, store, data, steps)
             print(point, flush=True)
     return curve
 
@@ -78,19 +74,14 @@ def train(args, run: Path) -> None:
     peers.run_measured(command, args.out / "stdout.log", peers.thread_env(args.threads))
 
 
-def averaged_bleu(
-    run: Path, data: PreparedData, point: dict, written: list[int]
-) -> tuple[float | None, list[int]]:
-    """Dev BLEU (greedy) of the average a run ending at `point` would write; None where the run
-    has since deleted one of its checkpoints (the preset's `train.keep_last`)."""
-    saved = load_model(run, run / AVERAGE_FILE)  # the run's own settings
-    steps = steps_to_average(written, point["step"], saved.config.train)
-    store = CheckpointStore(run, keep_last=10**6)
+def averaged_bleu(saved, store: CheckpointStore, data: PreparedData, steps: list[int]):
+    """Dev BLEU (greedy) of the average of `steps`; None where the run has since deleted one
+    of them (the preset's `train.keep_last`)."""
     if not all(store.path(s).exists() for s in steps):
-        return None, steps
+        return None
     saved.model.load_state_dict(average([store.path(s) for s in steps])["model"])
     task = get_task(saved.config.task)
-    return dev_score(saved.model, data, saved.config, torch.device("cpu"), task), steps
+    return dev_score(saved.model, data, saved.config, torch.device("cpu"), task)
 
 
 def onmt_curve(args) -> list[dict]:

@@ -8,6 +8,7 @@ import pytest
 
 from transduce.experiments import compare as compare_module
 from transduce.experiments.compare import compare
+from transduce.presets import preset
 
 from .conftest import PLUMBING_MODEL, as_set_arguments, small_reverse_data
 
@@ -83,7 +84,5 @@ def test_the_test_set_is_translated_with_the_checkpoint_of_lower_dev_nll(
 def test_the_models_of_a_pair_train_on_the_same_batch_budget(size):
     """The comparison's premise (s7: the same data and batch budget): a preset whose batch size
     changes drags its recurrent partner along, or the pair measures the batches, not attention."""
-    from transduce.presets import preset
-
     transformer, recurrent = (preset(name) for name in compare_module.PAIRS[size])
     assert transformer.data.max_tokens == recurrent.data.max_tokens
