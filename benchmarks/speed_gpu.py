@@ -1,20 +1,26 @@
 """GPU training speed of the paper's presets: bf16 target tokens/s and model FLOP utilisation.
 
-    python benchmarks/speed_gpu.py --prepared DATA --out results.json \
-        [--presets base big] [--updates 60] [--max-tokens 25000] [--precisions auto fp32]
+    python benchmarks/speed_gpu.py (--prepared DATA | --wmt-lengths) --out results.json \
+        [--presets base big] [--updates 60] [--max-tokens 25000] [--precisions auto fp32] \
+        [--compile auto off]
 
 Runs the Trainer's own update (collate, forward, loss, backward, fused Adam) on the first
-`--updates` batches of epoch 0 of a prepared dataset, the first 10 left out as warm-up, and
-reports target tokens/s, the time the CPU spends collating, peak GPU memory and MFU: model
-FLOP/s, counted as 6 x parameters per target token (the count the CPU figures use; attention's
-own products are left out, small at these sentence lengths), over the GPU's dense bf16 peak
-from its datasheet and over a bf16 matrix product measured in the same run.
+`--updates` batches of epoch 0 of a prepared dataset, or of synthetic pairs with WMT14 en-de's
+lengths and the paper's 37,000 vocabulary (`--wmt-lengths`, wmt_lengths.py), the first
+`--warmup` left out (the compiled layers compile there), and reports target tokens/s, the time
+the CPU spends collating, peak GPU memory and MFU: model FLOP/s over the GPU's dense bf16 peak
+from its datasheet and over a bf16 matrix product measured in the same run. Model FLOPs are
+counted two ways: 6 x parameters per target token (the count the CPU figures use), and the
+products the model does on the real (unpadded) tokens, attention's included, times 3 for the
+backward (`exact`).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import sys
 import tempfile
 import time
 from contextlib import nullcontext
@@ -29,6 +35,9 @@ from transduce.models import count_parameters
 from transduce.presets import preset
 from transduce.training.loop import Trainer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wmt_lengths import synthesize
+
 DATASHEET_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}  # dense, SXM parts
 
 
@@ -37,12 +46,17 @@ def measured_matmul_tflops(n: int = 8192, repeats: int = 10) -> float:
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     for _ in range(3):
         a @ b
-    torch.cuda.synchronize()
+    synchronize()
     start = time.perf_counter()
     for _ in range(repeats):
         a @ b
-    torch.cuda.synchronize()
+    synchronize()
     return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e12
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def datasheet_tflops() -> float | None:
@@ -63,42 +77,76 @@ def attention_kernel(name: str | None):
     return sdpa_kernel([SDPA_BACKENDS[name]]) if name in SDPA_BACKENDS else nullcontext()
 
 
-def measure(data: PreparedData, name: str, precision: str, args) -> dict:
+def forward_flops(model, src_lengths, tgt_lengths) -> float:
+    """Multiply-adds x 2 of the Transformer's forward on pairs of these lengths, no padding."""
+    c = model.config
+    d, n = c.d_model, c.n_layers
+    qk, v = c.h * c.d_k, c.h * c.d_v
+    s, t = float(sum(src_lengths)), float(sum(tgt_lengths))
+    s2 = float(sum(x * x for x in src_lengths))
+    t2 = float(sum(x * x for x in tgt_lengths)) / 2  # causal: half the scores
+    st = float(sum(a * b for a, b in zip(src_lengths, tgt_lengths, strict=True)))
+    projections = 2 * qk + 2 * v  # q, k (d x qk), v and the output (d x v), per d
+    ffn = 2 * c.d_ff
+    encoder = n * (s * d * (projections + ffn) + s2 * (qk + v))
+    decoder_self = t * d * projections + t2 * (qk + v)
+    cross = t * d * (qk + v) + s * d * (qk + v) + st * (qk + v)
+    decoder = n * (decoder_self + cross + t * d * ffn)
+    return 2 * (encoder + decoder + t * d * c.vocab_size)
+
+
+def measure(data: PreparedData, name: str, precision: str, compile: str, args) -> dict:
     settings = {
         "data.max_tokens": str(args.max_tokens),
         "train.precision": precision,
+        "train.compile": compile,
         "train.log_every": "1000000",
     }
     config = override(preset(name), settings)
-    torch.cuda.reset_peak_memory_stats()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: a dry run
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as run:
-        trainer = Trainer(config, data, Path(run), resume=False, device=torch.device("cuda"))
+        trainer = Trainer(config, data, Path(run), resume=False, device=device)
         batches = trainer.sampler.batches(0)  # repeated if the epoch is shorter than asked
         groups = [[batches[i % len(batches)]] for i in range(args.updates)]
-        if args.compile:
-            trainer.network = torch.compile(trainer.model, dynamic=True)
+        split = trainer.data.split("train")
         collate_start = time.perf_counter()
         for (indices,) in groups:
-            trainer._collate(trainer.data.split("train").pairs(indices))
-        torch.cuda.synchronize()
+            trainer._collate(split.pairs(indices))
+        synchronize()
         collate_seconds = time.perf_counter() - collate_start
-        tokens, start = 0, 0.0
+        group_flops = [  # counted before the clock starts
+            3
+            * forward_flops(
+                trainer.model,
+                split.src_lengths[g[0]].tolist(),
+                (split.tgt_lengths[g[0]] + 1).tolist(),
+            )
+            for g in groups
+        ]  # the decoder reads bos + target and predicts target + eos: one more than its length
+        tokens, flops, start = 0, 0.0, 0.0
+        warm_start = time.perf_counter()
         for i, group in enumerate(groups):
             if i == args.warmup:
-                torch.cuda.synchronize()
-                tokens, start = 0, time.perf_counter()
-            tokens += trainer._update(group).tgt_tokens
-        torch.cuda.synchronize()
+                synchronize()
+                warmup_seconds = time.perf_counter() - warm_start
+                tokens, flops, start = 0, 0.0, time.perf_counter()
+            tokens += trainer._update(group, rate=1e-4).tgt_tokens
+            flops += group_flops[i]
+        synchronize()
         seconds = time.perf_counter() - start
         if args.profile:
-            profile(trainer, groups[:5])
+            profile(trainer, groups[: args.warmup][-5:])
         parameters = count_parameters(trainer.model)
     timed = len(groups) - args.warmup
     return {
         "preset": name,
         "precision": "bf16 autocast" if precision == "auto" else precision,
         "sdpa_backend": args.sdpa or "default",
-        "compiled": args.compile,
+        "compile": compile,
+        "compiled": trainer.compiled,
+        "warmup_seconds": warmup_seconds,
         "parameters": parameters,
         "updates_timed": timed,
         "target_tokens_per_update": round(tokens / timed),
@@ -106,7 +154,10 @@ def measure(data: PreparedData, name: str, precision: str, args) -> dict:
         "seconds_per_update": seconds / timed,
         "collate_seconds_per_update": collate_seconds / len(groups),
         "model_tflops": 6 * parameters * tokens / seconds / 1e12,
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "exact_model_tflops": flops / seconds / 1e12,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30
+        if device.type == "cuda"
+        else 0,
     }
 
 
@@ -114,44 +165,56 @@ def profile(trainer: Trainer, groups: list) -> None:
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as profiler:
         for group in groups:
-            trainer._update(group)
-        torch.cuda.synchronize()
+            trainer._update(group, rate=1e-4)
+        synchronize()
     for key in ("cuda_time_total", "cpu_time_total"):
         print(profiler.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prepared", type=Path, required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prepared", type=Path)
+    source.add_argument("--wmt-lengths", action="store_true", help="synthetic WMT14-like pairs")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--presets", nargs="+", default=["base", "big"])
     parser.add_argument("--precisions", nargs="+", default=["auto"], choices=["auto", "fp32"])
     parser.add_argument("--updates", type=int, default=60)
     parser.add_argument("--max-tokens", type=int, default=25000)
     parser.add_argument("--warmup", type=int, default=20, help="updates not timed")
-    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--compile", nargs="+", default=["auto"], choices=["auto", "on", "off"])
     parser.add_argument("--sdpa", choices=["default", *SDPA_BACKENDS])
     parser.add_argument("--profile", action="store_true", help="print the top operators")
     args = parser.parse_args()
-    data = PreparedData.load(args.prepared)
-    matmul = measured_matmul_tflops()
-    datasheet = datasheet_tflops()
+    scratch = tempfile.TemporaryDirectory()
+    prepared = args.prepared or synthesize(Path(scratch.name) / "wmt", pairs=100_000)
+    data = PreparedData.load(prepared)
+    on_gpu = torch.cuda.is_available()
+    matmul = measured_matmul_tflops() if on_gpu else float("nan")
+    datasheet = datasheet_tflops() if on_gpu else None
     rows = []
     for name in args.presets:
-        for precision in args.precisions:
-            with attention_kernel(args.sdpa):
-                row = measure(data, name, precision, args)
-            row["mfu_datasheet"] = row["model_tflops"] / datasheet if datasheet else None
-            row["mfu_measured_matmul"] = row["model_tflops"] / matmul
+        for precision, compile in itertools.product(args.precisions, args.compile):
+            try:
+                with attention_kernel(args.sdpa):
+                    row = measure(data, name, precision, compile, args)
+            except Exception as error:  # one failing setting (a compile error) spares the rest
+                print(f"{name} {precision} compile={compile}: {error!r}", flush=True)
+                continue
+            for count in ("", "exact_"):
+                tflops = row[f"{count}model_tflops"]
+                row[f"{count}mfu_datasheet"] = tflops / datasheet if datasheet else None
+                row[f"{count}mfu_measured_matmul"] = tflops / matmul
             rows.append(row)
             print(json.dumps(row), flush=True)
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "device": torch.cuda.get_device_name(),
+        "device": torch.cuda.get_device_name() if on_gpu else "cpu (a dry run)",
         "torch": torch.__version__,
         "bf16_matmul_tflops_measured": matmul,
         "bf16_tflops_datasheet": datasheet,
         "max_tokens": args.max_tokens,
+        "data": str(args.prepared) if args.prepared else data.meta["description"],
         "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -159,9 +222,12 @@ def main() -> None:
     print(f"bf16 matmul {matmul:.0f} TFLOP/s measured, {datasheet} datasheet")
     for r in rows:
         print(
-            f"{r['preset']:5s} {r['precision']:13s} {r['target_tokens_per_s']:>9,} tgt tok/s  "
+            f"{r['preset']:5s} {r['precision']:13s} compiled={r['compiled']!s:5s} "
+            f"{r['target_tokens_per_s']:>9,} tgt tok/s  "
             f"{r['model_tflops']:6.1f} TFLOP/s  MFU {r['mfu_datasheet'] or 0:.1%} "
-            f"({r['mfu_measured_matmul']:.1%} of measured)  collate "
+            f"({r['mfu_measured_matmul']:.1%} of measured; "
+            f"exact {r['exact_mfu_datasheet'] or 0:.1%})"
+            f"  warm-up {r['warmup_seconds']:.0f} s  collate "
             f"{r['collate_seconds_per_update'] * 1e3:.1f} ms of {r['seconds_per_update'] * 1e3:.1f}"
             f" ms/update  peak {r['peak_memory_gib']:.1f} GiB"
         )

@@ -99,7 +99,7 @@ def _timed_updates(trainer: Trainer, groups: list, first_timed: int) -> tuple[in
     for i, group in enumerate(groups):
         if i == first_timed:
             tokens, start = 0, time.perf_counter()
-        tokens += trainer._update(group).tgt_tokens
+        tokens += trainer._update(group, trainer._rate(0.0)).tgt_tokens
     return tokens, time.perf_counter() - start
 
 
@@ -110,7 +110,7 @@ def _profiled_updates(trainer: Trainer, groups: list) -> str:
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         start = time.perf_counter()
         for group in groups:
-            trainer._update(group)
+            trainer._update(group, trainer._rate(0.0))
         seconds = time.perf_counter() - start
     updates = len(groups)
     by_kind = op_profile.table(profiler, updates, seconds)

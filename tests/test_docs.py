@@ -36,7 +36,20 @@ def test_the_tours_explain_output_is_what_explain_prints_now(tour, monkeypatch):
     text = tour.read_text(encoding="utf-8")
     begin, end = EXPLAIN_MARKERS
     shown = text.split(begin, 1)[1].split(end, 1)[0].strip()
-    assert shown == explain_block(), "run: python docs/make_tour_assets.py"
+    _assert_same_up_to_rounding(shown, explain_block())
+
+
+DECIMAL = re.compile(r"-?\d+\.(\d+)")
+
+
+def _assert_same_up_to_rounding(shown: str, now: str) -> None:
+    """The same text, and each printed decimal within one unit of its last digit: the float32
+    products differ in their last bits between CPUs (-1.5557 on one host, -1.5556 on another)."""
+    hint = "run: python docs/make_tour_assets.py"
+    assert DECIMAL.sub("#", shown) == DECIMAL.sub("#", now), hint
+    for old, new in zip(DECIMAL.finditer(shown), DECIMAL.finditer(now), strict=True):
+        unit = 10.0 ** -len(old.group(1))
+        assert abs(float(old.group()) - float(new.group())) <= 1.01 * unit, (old.group(), hint)
 
 
 @pytest.mark.parametrize("tour", TOURS, ids=lambda p: p.name)

@@ -155,8 +155,8 @@ def test_a_batch_of_padding_alone_scores_nothing_and_gets_no_gradient():
 
 
 def test_the_transformer_hands_the_loss_its_last_states_and_its_output_matrix(monkeypatch):
-    """Training never builds the (tokens x V) logits of a Transformer: `model_loss` asks it for
-    its states and projects them in chunks with the tied (or untied) output matrix."""
+    """Training on a CPU never builds the (tokens x V) logits of a Transformer: `model_loss` asks
+    it for its states and projects them in chunks with the tied (or untied) output matrix."""
     import transduce.training.loss as loss_module
     from transduce.data.batching import collate
 
@@ -166,9 +166,9 @@ def test_the_transformer_hands_the_loss_its_last_states_and_its_output_matrix(mo
     batch = collate([([4, 5, 6], [7, 8]), ([9], [10, 11, 4])], PAD, BOS, EOS)
     seen, real = [], loss_module.projected_label_smoothed_loss
 
-    def recording(hidden, weight, target, eps, pad):
+    def recording(hidden, weight, target, eps, pad, fused):
         seen.append((hidden.shape, weight))
-        return real(hidden, weight, target, eps, pad)
+        return real(hidden, weight, target, eps, pad, fused)
 
     monkeypatch.setattr(loss_module, "projected_label_smoothed_loss", recording)
     sums = loss_module.model_loss(model, batch, 0.1, PAD)
@@ -177,3 +177,27 @@ def test_the_transformer_hands_the_loss_its_last_states_and_its_output_matrix(mo
     assert weight is model.tgt_embed.tokens.weight
     plain = label_smoothed_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0.1, PAD)
     assert sums.loss.item() == pytest.approx(plain.loss.item(), rel=1e-5)
+
+
+def test_off_the_cpu_the_loss_projects_every_row_at_once(monkeypatch):
+    """The chunks are sized for a CPU's caches; on a GPU they were hundreds of kernel launches
+    an update (benchmarks/SPEED.md), so any other device takes the plain path."""
+    import transduce.training.loss as loss_module
+
+    def no_chunks(*args):
+        raise AssertionError("chunked off the CPU")
+
+    monkeypatch.setattr(loss_module, "_chunked", no_chunks)
+    hidden = torch.empty(2, 3, 4, device="meta", requires_grad=True)
+    weight = torch.empty(10, 4, device="meta", requires_grad=True)
+    target = torch.zeros(2, 3, dtype=torch.long, device="meta")
+    sums = loss_module.projected_label_smoothed_loss(hidden, weight, target, 0.1, PAD)
+    assert sums.loss.device.type == "meta" and sums.loss.shape == ()
+    with pytest.raises(AssertionError, match="chunked"):  # and the CPU does chunk
+        loss_module.projected_label_smoothed_loss(
+            torch.randn(2, 3, 4, requires_grad=True),
+            torch.randn(10, 4),
+            torch.ones(2, 3).long(),
+            0.1,
+            PAD,
+        )

@@ -116,9 +116,9 @@ def test_a_run_in_minutes_cools_down_by_its_clock_and_stops_at_the_budget(
 def test_the_loss_receives_the_configured_label_smoothing(data, tmp_path, monkeypatch):
     received, real = [], step_module.model_loss
 
-    def recording_loss(network, batch, eps, pad):
+    def recording_loss(network, batch, eps, pad, fused):
         received.append(eps)
-        return real(network, batch, eps, pad)
+        return real(network, batch, eps, pad, fused)
 
     monkeypatch.setattr(step_module, "model_loss", recording_loss)
     _trainer(data, tmp_path / "run", **{"train.label_smoothing": 0.17}).run()

@@ -169,6 +169,9 @@ class TrainConfig:
     seed: int = 1
     precision: str = "auto"  # "auto": bf16 autocast on a GPU, float32 on a CPU; or "fp32"
     threads: int = 0  # CPU threads; 0 = torch's default
+    # torch.compile the layers and the loss for training (training/compiled.py): "auto" on a GPU
+    # only, "on" on any device, or "off"
+    compile: str = "auto"
 
     def __post_init__(self) -> None:
         _require(self.schedule in SCHEDULES, f"train.schedule must be one of {SCHEDULES}")
@@ -191,6 +194,7 @@ class TrainConfig:
             "train.average_last must be in 1..train.keep_last",
         )
         _require(self.precision in ("auto", "fp32"), "train.precision must be auto or fp32")
+        _require(self.compile in ("auto", "on", "off"), "train.compile must be auto, on or off")
 
 
 @dataclass(frozen=True)

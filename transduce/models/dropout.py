@@ -10,7 +10,7 @@ generator (`torch.manual_seed` and the checkpointed RNG state govern it) is cut 
 below anything training can notice, and the survivors are scaled by the rounded rate, so the
 expectation is exact. The backward keeps the mask, one byte per element (`nn.Dropout` keeps
 four). A speed-only module, as `matmul.py`: other devices, and a rate that rounds to 1, take
-PyTorch's own dropout.
+PyTorch's own dropout, and so does code that torch.compile traces (training/compiled.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     levels_dropped = round(_checked(p) * LEVELS)
     if not training or levels_dropped == 0:
         return x
-    if x.device.type != "cpu" or levels_dropped == LEVELS or not x.is_floating_point():
+    if (
+        x.device.type != "cpu"
+        or levels_dropped == LEVELS
+        or not x.is_floating_point()
+        or torch.compiler.is_compiling()  # torch.compile traces no in-place random_
+    ):
         return F.dropout(x, p, training=True)
     with torch.no_grad():
         dropped = drop_mask(x.shape, levels_dropped)

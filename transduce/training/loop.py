@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from ..runtime import pick_device
 from ..tasks import get_task
 from . import distributed
 from .checkpoint import AVERAGE_FILE, CheckpointStore, average, save, steps_to_average
+from .compiled import compile_layers, compiles
 from .resume import Progress, capture_rng, restore_rng
 from .runlog import (
     RunFolderError,
@@ -134,6 +135,7 @@ class Trainer:
         train = self.config.train
         torch.manual_seed(train.seed)  # the same initial parameters in every process
         model = build_model(self.config.model, self.vocab).to(self.device)
+        self.compiled = compiles(train.compile, self.device) and compile_layers(model) > 0
         # Each process draws its own dropout masks; one process keeps the seed as it is.
         torch.manual_seed(train.seed + 1000 * self.processes.rank)
         random.seed(train.seed)
@@ -261,6 +263,7 @@ class Trainer:
                 clip_norm=train.clip_norm,
                 processes=self.processes,
                 autocast=self._autocast,
+                fused_loss=self.compiled,
             )
         self.progress.step += 1
         self._count_bad(result.finite)
@@ -381,20 +384,14 @@ class Trainer:
         return out
 
 
-class _explain_out_of_memory:
+@contextmanager
+def _explain_out_of_memory(config: Config) -> Iterator[None]:
     """Turn a GPU out-of-memory error into one that names the settings to change."""
-
-    def __init__(self, config: Config):
-        self.config = config
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, traceback):
-        if kind is not None and issubclass(kind, torch.cuda.OutOfMemoryError):
-            data, train = self.config.data, self.config.train
-            raise TrainingError(
-                f"out of GPU memory with data.max_tokens={data.max_tokens}: lower it and raise "
-                f"train.accumulate (now {train.accumulate}) to keep the batch per update"
-            ) from error
-        return False
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as error:
+        data, train = config.data, config.train
+        raise TrainingError(
+            f"out of GPU memory with data.max_tokens={data.max_tokens}: lower it and raise "
+            f"train.accumulate (now {train.accumulate}) to keep the batch per update"
+        ) from error

@@ -6,6 +6,7 @@ The target distribution is q'(k) = (1 - eps) * [k == y] + eps / V, so the loss p
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -20,14 +21,30 @@ class LossSums:
 
     loss: Tensor  # label-smoothed, what training minimises
     nll: Tensor  # plain negative log-likelihood, for perplexity
-    n_tokens: int
+    scored: Tensor | int  # the count of scored tokens; a tensor is read only when asked, so a
+    # GPU's queue does not wait on it in the middle of an update
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.scored)
 
 
-def label_smoothed_loss(logits: Tensor, target: Tensor, eps: float, pad: int) -> LossSums:
+def label_smoothed_loss(
+    logits: Tensor, target: Tensor, eps: float, pad: int, fused: bool = False
+) -> LossSums:
     """logits (..., V), target (...) -> sums over the non-pad targets.
 
     Half-precision logits are raised to float32: the log-softmax of a large vocabulary needs it.
+    `fused`: the sums through torch.compile, a few kernels instead of one pass over the
+    (tokens x V) logits per operation (training/compiled.py).
     """
+    sums = _compiled_sums() if fused else smoothed_sums
+    loss, nll = sums(logits, target, eps, pad)
+    return LossSums(loss=loss, nll=nll, scored=(target != pad).sum())
+
+
+def smoothed_sums(logits: Tensor, target: Tensor, eps: float, pad: int) -> tuple[Tensor, Tensor]:
+    """(summed label-smoothed loss, summed nll) over the non-pad targets."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     log_probs = torch.log_softmax(logits, dim=-1)
@@ -35,23 +52,29 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, eps: float, pad: int) ->
     nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...)
     uniform = -log_probs.mean(dim=-1)  # eps / V * sum_k -log p(k), without eps
     loss = (1.0 - eps) * nll + eps * uniform
-    return LossSums(
-        loss=loss.masked_fill(~scored, 0.0).sum(),
-        nll=nll.masked_fill(~scored, 0.0).sum(),
-        n_tokens=int(scored.sum()),
-    )
+    return loss.masked_fill(~scored, 0.0).sum(), nll.masked_fill(~scored, 0.0).sum()
 
 
-def model_loss(network: torch.nn.Module, batch, eps: float, pad: int) -> LossSums:
+@functools.cache
+def _compiled_sums():
+    return torch.compile(smoothed_sums, dynamic=True)
+
+
+def model_loss(
+    network: torch.nn.Module, batch, eps: float, pad: int, fused: bool = False
+) -> LossSums:
     """The loss sums of `network` (a model, or its DistributedDataParallel wrapper) on `batch`,
     teacher-forced. A model with an `output_weight` (the Transformer) hands over its last states
-    and the loss projects them in chunks (`projected_label_smoothed_loss`); others give logits."""
+    and the loss projects them (in chunks on a CPU, `projected_label_smoothed_loss`); others give
+    logits.
+    `fused`: half-precision logits take the compiled sums (`label_smoothed_loss`)."""
     model = getattr(network, "module", network)
     weight = getattr(model, "output_weight", None)
     if weight is None:
-        return label_smoothed_loss(network(batch.src, batch.tgt_in), batch.tgt_out, eps, pad)
+        logits = network(batch.src, batch.tgt_in)
+        return label_smoothed_loss(logits, batch.tgt_out, eps, pad, fused)
     hidden = network(batch.src, batch.tgt_in, project=False)  # through DDP's forward, if any
-    return projected_label_smoothed_loss(hidden, weight, batch.tgt_out, eps, pad)
+    return projected_label_smoothed_loss(hidden, weight, batch.tgt_out, eps, pad, fused)
 
 
 # Rows of the pre-softmax projection taken at a time by `projected_label_smoothed_loss`: about
@@ -62,7 +85,7 @@ CHUNK_LOGITS = 1 << 22
 
 
 def projected_label_smoothed_loss(
-    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, pad: int
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, pad: int, fused: bool = False
 ) -> LossSums:
     """`label_smoothed_loss(hidden @ weight^T, ...)` without the (tokens x V) logits in memory.
 
@@ -75,17 +98,21 @@ def projected_label_smoothed_loss(
     q')^T hidden are summed chunk by chunk and the logits are dropped. The same products as the
     plain path, in chunks of one size whatever the batch, so the allocator reuses its blocks.
 
-    Float32 only (a half-precision `hidden`, e.g. under autocast, takes the plain path).
+    Float32 on the CPU only. A GPU takes the plain path, `fused` or not: chunks sized for a CPU's
+    caches were a few hundred kernel launches an update there, and at the paper's vocabulary of
+    37,000 they took 66 ms of `base`'s 210 ms update (benchmarks/SPEED.md, GPU); so do
+    half-precision `hidden`s.
     """
-    if hidden.dtype != torch.float32 or weight.dtype != torch.float32:
-        return label_smoothed_loss(linear(hidden, weight), target, eps, pad)
+    on_cpu = hidden.device.type == "cpu"
+    if not on_cpu or hidden.dtype != torch.float32 or weight.dtype != torch.float32:
+        return label_smoothed_loss(linear(hidden, weight), target, eps, pad, fused)
     flat, flat_target = hidden.reshape(-1, hidden.size(-1)), target.reshape(-1)
     n_tokens = int((flat_target != pad).sum())
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
         loss, nll = _ProjectedLoss.apply(flat, weight, flat_target, eps, pad)
     else:  # validation: the sums alone
         loss, nll, _, _ = _chunked(flat, weight, flat_target, eps, pad, (False, False))
-    return LossSums(loss=loss, nll=nll, n_tokens=n_tokens)
+    return LossSums(loss=loss, nll=nll, scored=n_tokens)
 
 
 def _chunked(

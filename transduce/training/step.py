@@ -39,12 +39,14 @@ def train_step(
     clip_norm: float = 0.0,
     processes: Processes | None = None,
     autocast: Callable[[], AbstractContextManager] = nullcontext,
+    fused_loss: bool = False,
 ) -> StepResult:
     """One optimiser step at learning rate `rate` over `batches` (the accumulated group).
 
     The gradient is that of the loss per target token of the whole group, in all processes:
     every batch's summed loss is divided by the group's token count before its backward.
-    `network` is the model or its DistributedDataParallel wrapper.
+    `network` is the model or its DistributedDataParallel wrapper; `fused_loss` takes the loss's
+    compiled sums (training/compiled.py).
     """
     processes = processes or Processes()
     network.train()
@@ -54,7 +56,7 @@ def train_step(
         # DDP averages gradients over processes at the last backward of the group;
         # scaling by `world` turns that average into the sum over all the group's tokens.
         with _no_sync(network, processes, last=i == len(batches) - 1), autocast():
-            sums = model_loss(network, batch, label_smoothing, pad)
+            sums = model_loss(network, batch, label_smoothing, pad, fused_loss)
             (sums.loss * processes.world / n_tokens).backward()
         loss_sum, nll_sum = loss_sum + sums.loss.item(), nll_sum + sums.nll.item()
     loss_sum, nll_sum = processes.sum([loss_sum, nll_sum])

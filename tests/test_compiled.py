@@ -1,0 +1,147 @@
+"""train.compile: the layers and the loss through torch.compile compute what the written code does,
+only training goes through them, and the Trainer hands the compiled path its batches.
+
+These compile for real (Inductor's C++ backend on the CPU), so the file costs half a minute; the
+compiled graphs are shared by every test here (one dtype, dynamic shapes).
+"""
+
+import pytest
+import torch
+
+from transduce.config import ConfigError, override
+from transduce.data.batching import collate
+from transduce.data.corpus import LengthFilter
+from transduce.data.dataset import PreparedData, prepare
+from transduce.training import step as step_module
+from transduce.training.compiled import compile_layers, compiles
+from transduce.training.loop import Trainer
+from transduce.training.loss import label_smoothed_loss, model_loss
+
+from .conftest import BOS, EOS, PAD, reverse_task_files, tiny_model, tiny_rnn
+from .test_train import toy_config
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")
+
+
+@pytest.fixture
+def compiled_calls(monkeypatch) -> list:
+    """Records each call of a function made by torch.compile from here on."""
+    calls, real = [], torch.compile
+
+    def recording(function, **options):
+        compiled = real(function, **options)
+
+        def call(*args, **kwargs):
+            calls.append(function)
+            return compiled(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(torch, "compile", recording)
+    return calls
+
+
+def _batches():
+    """Two batches of different shapes, with padding on both sides."""
+    return [
+        collate([([4, 5, 6, 7], [8, 9]), ([10], [11, 4, 5])], PAD, BOS, EOS),
+        collate([([4, 5], [6, 7, 8, 9, 10]), ([11, 4, 5], [6]), ([7], [8, 9])], PAD, BOS, EOS),
+    ]
+
+
+def _gradients(model) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_compiled_layers_train_as_the_written_ones(compiled_calls):
+    written, compiled = tiny_model(dtype=torch.float32).train(), tiny_model(dtype=torch.float32)
+    compiled.train()
+    assert compile_layers(compiled) == 4  # 2 encoder + 2 decoder layers
+    for batch in _batches():  # two shapes
+        for model in (written, compiled):
+            model.zero_grad()
+            sums = model_loss(model, batch, 0.1, PAD)
+            sums.loss.backward()
+            model.loss = sums.loss.item()
+        assert compiled.loss == pytest.approx(written.loss, rel=1e-5)
+        torch.testing.assert_close(_gradients(compiled), _gradients(written), rtol=1e-4, atol=1e-6)
+    assert len(compiled_calls) == 2 * 4  # every layer, every batch, through the compiled code
+
+
+def test_evaluation_and_decoding_run_the_layers_as_written(compiled_calls):
+    model = tiny_model(dtype=torch.float32)
+    compile_layers(model)
+    batch = _batches()[0]
+    with torch.no_grad():
+        eval_logits = model.eval()(batch.src, batch.tgt_in)
+        model.train()(batch.src, batch.tgt_in)  # no gradient: as written even in training mode
+    assert compiled_calls == []
+    written = tiny_model(dtype=torch.float32).eval()
+    torch.testing.assert_close(eval_logits, written(batch.src, batch.tgt_in))
+
+
+def test_the_fused_sums_equal_the_written_ones():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 40).bfloat16()
+    target = torch.randint(1, 40, (3, 5))
+    target[0, 3:] = PAD
+    fused = label_smoothed_loss(logits, target, 0.1, PAD, fused=True)
+    written = label_smoothed_loss(logits, target, 0.1, PAD)
+    assert fused.n_tokens == written.n_tokens == 13
+    assert fused.loss.item() == pytest.approx(written.loss.item(), rel=1e-5)
+    assert fused.nll.item() == pytest.approx(written.nll.item(), rel=1e-5)
+
+
+def test_auto_compiles_on_gpus_only_and_bad_choices_are_refused():
+    assert compiles("auto", torch.device("cuda")) and not compiles("auto", torch.device("cpu"))
+    assert compiles("on", torch.device("cpu")) and not compiles("off", torch.device("cuda"))
+    with pytest.raises(ConfigError, match=r"train\.compile"):
+        toy_config(**{"train.compile": "yes"})
+
+
+def test_a_model_without_stacks_of_layers_trains_as_written():
+    assert compile_layers(tiny_rnn()) == 0
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("toy")
+    splits = reverse_task_files(folder, n_train=300, n_dev=10)
+    prepared = prepare(
+        splits,
+        folder / "prepared",
+        vocab_size=16,
+        length_filter=LengthFilter(),
+        description={"corpus": "toy"},
+    )
+    return PreparedData.load(prepared.path)
+
+
+def test_the_trainer_trains_the_same_compiled_and_hands_the_step_the_fused_loss(
+    toy_data, tmp_path, monkeypatch
+):
+    fused_seen, real = [], step_module.model_loss
+
+    def recording(network, batch, eps, pad, fused):
+        fused_seen.append(fused)
+        return real(network, batch, eps, pad, fused)
+
+    monkeypatch.setattr(step_module, "model_loss", recording)
+    losses = {}
+    for choice in ("off", "on"):
+        config = override(toy_config(), {"train.compile": choice})
+        trainer = Trainer(config, toy_data, tmp_path / choice, False, torch.device("cpu"))
+        assert trainer.compiled == (choice == "on")
+        groups = [[b] for b in trainer.sampler.batches(0)[:3]]
+        losses[choice] = [trainer._update(group, rate=1e-3).loss for group in groups]
+    assert fused_seen == [False] * 3 + [True] * 3
+    assert losses["on"] == pytest.approx(losses["off"], rel=1e-4)
+
+
+def test_dropout_traces_whole_under_compile():
+    """The CPU's cheaper dropout mask (an in-place random_) would break the compiled graph in
+    two at every sublayer; traced, dropout is PyTorch's own."""
+    from transduce.models.dropout import Dropout
+
+    explained = torch._dynamo.explain(Dropout(0.1).train())(torch.randn(4, 8))
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
