@@ -110,6 +110,23 @@ def reverse_task_files(folder: Path, n_train: int = 3000, n_dev: int = 40, seed:
     return splits
 
 
+def prepared_reverse_task(folder: Path, n_train: int = 3000, n_dev: int = 40) -> Path:
+    """The toy reverse task prepared (16 pieces) under `folder`; returns the prepared folder."""
+    from transduce.data.corpus import LengthFilter
+    from transduce.data.dataset import prepare
+
+    splits = reverse_task_files(folder, n_train, n_dev)
+    description = {"corpus": "toy"}
+    data = prepare(
+        splits,
+        folder / "prepared",
+        vocab_size=16,
+        length_filter=LengthFilter(),
+        description=description,
+    )
+    return data.path
+
+
 # Words long enough that a small BPE splits some of them into several pieces.
 TOY_WORDS = ["the", "dog", "runs", "across", "green", "grass", "children", "playing", "outside"]
 

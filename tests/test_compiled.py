@@ -10,14 +10,13 @@ import torch
 
 from transduce.config import ConfigError, override
 from transduce.data.batching import collate
-from transduce.data.corpus import LengthFilter
-from transduce.data.dataset import PreparedData, prepare
+from transduce.data.dataset import PreparedData
 from transduce.training import step as step_module
 from transduce.training.compiled import compile_layers, compiles
 from transduce.training.loop import Trainer
 from transduce.training.loss import label_smoothed_loss, model_loss
 
-from .conftest import BOS, EOS, PAD, reverse_task_files, tiny_model, tiny_rnn
+from .conftest import BOS, EOS, PAD, prepared_reverse_task, tiny_model, tiny_rnn
 from .test_train import toy_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script_method.*:DeprecationWarning")
@@ -105,16 +104,8 @@ def test_a_model_without_stacks_of_layers_trains_as_written():
 
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("toy")
-    splits = reverse_task_files(folder, n_train=300, n_dev=10)
-    prepared = prepare(
-        splits,
-        folder / "prepared",
-        vocab_size=16,
-        length_filter=LengthFilter(),
-        description={"corpus": "toy"},
-    )
-    return PreparedData.load(prepared.path)
+    folder = prepared_reverse_task(tmp_path_factory.mktemp("toy"), n_train=300, n_dev=10)
+    return PreparedData.load(folder)
 
 
 def test_the_trainer_trains_the_same_compiled_and_hands_the_step_the_fused_loss(

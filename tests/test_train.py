@@ -6,15 +6,14 @@ import pytest
 import torch
 
 from transduce.config import override
-from transduce.data.corpus import LengthFilter
-from transduce.data.dataset import PreparedData, prepare
+from transduce.data.dataset import PreparedData
 from transduce.decoding.translate import Translator
 from transduce.presets import tiny
 from transduce.training.checkpoint import CheckpointStore, load, steps_to_average
 from transduce.training.loop import Trainer, TrainingError, train
 from transduce.training.runlog import read_log
 
-from .conftest import LEARNER_MODEL, reverse_task_files
+from .conftest import LEARNER_MODEL, prepared_reverse_task
 
 TOY = LEARNER_MODEL | {
     "train.valid_every": 20,
@@ -32,16 +31,7 @@ def toy_config(**changes):
 
 @pytest.fixture(scope="module")
 def toy_data(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("toy")
-    splits = reverse_task_files(folder)
-    data = prepare(
-        splits,
-        folder / "prepared",
-        vocab_size=16,
-        length_filter=LengthFilter(),
-        description={"corpus": "toy"},
-    )
-    return data.path
+    return prepared_reverse_task(tmp_path_factory.mktemp("toy"))
 
 
 def _trainer(config, data_path, run_dir, resume=False):
