@@ -95,6 +95,14 @@ def forward_flops(model, src_lengths, tgt_lengths) -> float:
     return 2 * (encoder + decoder + t * d * c.vocab_size)
 
 
+def update_flops(model, split, group: list[list[int]]) -> float:
+    """Forward and backward (3x the forward) of one update's pairs. The encoder reads each source
+    and eos, the decoder bos and the target, predicting the target and eos: one more each."""
+    (indices,) = group
+    src, tgt = split.src_lengths[indices] + 1, split.tgt_lengths[indices] + 1
+    return 3 * forward_flops(model, src.tolist(), tgt.tolist())
+
+
 def measure(data: PreparedData, name: str, precision: str, compile: str, args) -> dict:
     settings = {
         "data.max_tokens": str(args.max_tokens),
@@ -116,15 +124,7 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
             trainer._collate(split.pairs(indices))
         synchronize()
         collate_seconds = time.perf_counter() - collate_start
-        group_flops = [  # counted before the clock starts
-            3
-            * forward_flops(
-                trainer.model,
-                split.src_lengths[g[0]].tolist(),
-                (split.tgt_lengths[g[0]] + 1).tolist(),
-            )
-            for g in groups
-        ]  # the decoder reads bos + target and predicts target + eos: one more than its length
+        group_flops = [update_flops(trainer.model, split, g) for g in groups]  # before the clock
         tokens, flops, start = 0, 0.0, 0.0
         warm_start = time.perf_counter()
         for i, group in enumerate(groups):
