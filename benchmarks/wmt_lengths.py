@@ -35,8 +35,11 @@ def lengths(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(source, target) lengths of n pairs, in subwords."""
     src = rng.lognormal(np.log(MEDIAN_SOURCE_LENGTH), LENGTH_SIGMA, n)
     tgt = src * rng.lognormal(np.log(TARGET_RATIO), RATIO_SIGMA, n)
-    clip = lambda x: np.clip(np.rint(x), 1, MAX_LENGTH).astype(np.int64)  # noqa: E731
-    return clip(src), clip(tgt)
+    return _whole_lengths(src), _whole_lengths(tgt)
+
+
+def _whole_lengths(x: np.ndarray) -> np.ndarray:
+    return np.clip(np.rint(x), 1, MAX_LENGTH).astype(np.int64)
 
 
 def synthesize(out: Path, pairs: int = 200_000, vocab_size: int = 37_000, seed: int = 1) -> Path:

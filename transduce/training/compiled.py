@@ -17,8 +17,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-COMPILE_CHOICES = ("auto", "on", "off")
-
 
 def compiles(choice: str, device: torch.device) -> bool:
     """Whether `train.compile` compiles on `device`: "auto" on GPUs only (on a 2-core CPU the

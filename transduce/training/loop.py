@@ -113,6 +113,9 @@ class Trainer:
             torch.set_num_threads(self.config.train.threads)
         self.vocab, self.task = data.vocab, get_task(self.config.task)
         self.model, self.network, self.optimizer = self._build_model()
+        self.compiled = (
+            compiles(self.config.train.compile, device) and compile_layers(self.model) > 0
+        )
         self.schedule = make_schedule(self.config)
         self.sampler = self._build_sampler()
         self.store = CheckpointStore(run_dir, self.config.train.keep_last)
@@ -135,7 +138,6 @@ class Trainer:
         train = self.config.train
         torch.manual_seed(train.seed)  # the same initial parameters in every process
         model = build_model(self.config.model, self.vocab).to(self.device)
-        self.compiled = compiles(train.compile, self.device) and compile_layers(model) > 0
         # Each process draws its own dropout masks; one process keeps the seed as it is.
         torch.manual_seed(train.seed + 1000 * self.processes.rank)
         random.seed(train.seed)

@@ -39,12 +39,13 @@ def label_smoothed_loss(
     (tokens x V) logits per operation (training/compiled.py).
     """
     sums = _compiled_sums() if fused else smoothed_sums
-    loss, nll = sums(logits, target, eps, pad)
-    return LossSums(loss=loss, nll=nll, scored=(target != pad).sum())
+    return LossSums(*sums(logits, target, eps, pad))
 
 
-def smoothed_sums(logits: Tensor, target: Tensor, eps: float, pad: int) -> tuple[Tensor, Tensor]:
-    """(summed label-smoothed loss, summed nll) over the non-pad targets."""
+def smoothed_sums(
+    logits: Tensor, target: Tensor, eps: float, pad: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(summed label-smoothed loss, summed nll, count) over the non-pad targets."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     log_probs = torch.log_softmax(logits, dim=-1)
@@ -52,7 +53,7 @@ def smoothed_sums(logits: Tensor, target: Tensor, eps: float, pad: int) -> tuple
     nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...)
     uniform = -log_probs.mean(dim=-1)  # eps / V * sum_k -log p(k), without eps
     loss = (1.0 - eps) * nll + eps * uniform
-    return loss.masked_fill(~scored, 0.0).sum(), nll.masked_fill(~scored, 0.0).sum()
+    return loss.masked_fill(~scored, 0.0).sum(), nll.masked_fill(~scored, 0.0).sum(), scored.sum()
 
 
 @functools.cache
