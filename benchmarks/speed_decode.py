@@ -32,7 +32,7 @@ import peers
 
 from transduce.config import DecodeConfig
 from transduce.data.dataset import PreparedData
-from transduce.decoding.translate import Translator, decode_ids, quantized
+from transduce.decoding.translate import Translator, decode_ids
 from transduce.export import export_ctranslate2, export_hf
 from transduce.tasks.metrics import bleu
 
@@ -52,15 +52,40 @@ def timed(run):
     return engine
 
 
-def transduce_engine(model, vocab):
+def transduce_engine(model, vocab, int8: bool = False):
+    """What `transduce translate [--int8]` runs: one call, the weights packed (and quantized)
+    within it."""
+
     @timed
     def run(sources: list[list[int]], batch: int) -> list[list[int]]:
         decode = DecodeConfig(beam_size=BEAM, alpha=ALPHA, max_len_b=EXTRA, batch_size=batch)
+        int8_weights = {} if int8 else None
         with torch.inference_mode():
-            hyps = decode_ids(model, vocab, sources, decode, torch.device("cpu"))
+            hyps = decode_ids(
+                model, vocab, sources, decode, torch.device("cpu"), None, int8_weights
+            )
         return [h[0].tokens for h in hyps]
 
     return run
+
+
+def torch_ao_int8(model):
+    """The route `--int8` took until session 18, for comparison: torch.ao's deprecated dynamic
+    quantization of every nn.Linear (fbgemm), the tied output projection left in float32."""
+    import copy
+
+    from transduce.models.matmul import Linear
+
+    plain = copy.deepcopy(model).eval()
+    for parent in list(plain.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is Linear:  # quantize_dynamic matches nn.Linear by exact type
+                linear = torch.nn.Linear(
+                    child.in_features, child.out_features, child.bias is not None
+                )
+                linear.weight, linear.bias = child.weight, child.bias
+                setattr(parent, name, linear.eval())
+    return torch.ao.quantization.quantize_dynamic(plain, {torch.nn.Linear}, torch.qint8)
 
 
 def hf_engine(folder: Path, pad: int, eos: int):
@@ -154,7 +179,8 @@ def speed(args) -> None:
     export_ctranslate2(args.model, ct2_int8_dir, quantize="int8")
     engines = {
         "transduce": transduce_engine(translator.model, vocab),
-        "transduce int8": transduce_engine(quantized(translator.model), vocab),
+        "transduce int8": transduce_engine(translator.model, vocab, int8=True),
+        "transduce int8 torch.ao": transduce_engine(torch_ao_int8(translator.model), vocab),
         "hf generate": hf_engine(hf_dir, vocab.pad, vocab.eos),
         "ctranslate2": ct2_engine(ct2_dir, vocab, args.threads),
         "ctranslate2 int8": ct2_engine(ct2_int8_dir, vocab, args.threads),

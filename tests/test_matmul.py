@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from tests.conftest import BOS, EOS, PAD, tiny_model
 from transduce.decoding.search import beam_search
 from transduce.models import matmul
-from transduce.models.matmul import Linear, as_torch_linears, linear
+from transduce.models.matmul import Linear, linear
 
 pytestmark = pytest.mark.skipif(not matmul._available, reason="this torch has no oneDNN")
 
@@ -188,22 +188,6 @@ def test_beam_search_finds_the_same_translations_either_way(onednn_calls):
         assert [s for _, s in ours] == pytest.approx([s for _, s in theirs], abs=1e-5)
 
 
-def test_as_torch_linears_shares_parameters_and_outputs():
-    model = tiny_model(dtype=torch.float32)
-    n_linear = sum(type(m) is Linear for m in model.modules())
-    src, tgt = torch.tensor([[4, 5, 6, 7, 3]]), torch.tensor([[2, 8, 9, 10]])
-    with torch.no_grad():
-        before = model(src, tgt)
-        parameters = {id(p) for p in model.parameters()}
-        as_torch_linears(model)
-        after = model(src, tgt)
-    assert n_linear > 0 and not any(type(m) is Linear for m in model.modules())
-    assert sum(type(m) is torch.nn.Linear for m in model.modules()) == n_linear
-    assert not any(m.training for m in model.modules())  # eval mode kept
-    assert {id(p) for p in model.parameters()} == parameters
-    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
-
-
 # Products of 100 row counts, as training's batches bring: the memory the process still holds
 # after them (glibc's count of bytes in use), in MiB.
 _HELD_AFTER_NEW_SHAPES = """
@@ -237,7 +221,7 @@ print((libc.mallinfo2().uordblks - before) / 2**20)
 def test_products_of_ever_new_shapes_do_not_pile_up_in_onednn_caches():
     def held_mib(**cache_sizes: str) -> float:
         env = {k: v for k, v in os.environ.items() if not k.endswith("CACHE_CAPACITY")}
-        env.pop("TRANSDUCE_CPU_MATMUL", None)
+        env["TRANSDUCE_CPU_MATMUL"] = "onednn"  # on Intel's CPUs the default is MKL
         command = [sys.executable, "-c", _HELD_AFTER_NEW_SHAPES]
         done = subprocess.run(command, env={**env, **cache_sizes}, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
@@ -249,3 +233,16 @@ def test_products_of_ever_new_shapes_do_not_pile_up_in_onednn_caches():
     # 8 entries hold 1.6 MiB here; 16 held 4.9 and 64 (sessions 9-13) 24.6: a looser bound
     # fragmented `small`'s heap by ~400 MiB (benchmarks/MEMORY.md, session 14)
     assert bounded < 4
+
+
+def test_the_route_is_onednn_except_on_intel_cpus_unless_the_user_chooses(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    for vendor, intel in (("AuthenticAMD", False), ("GenuineIntel", True)):
+        cpuinfo.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: 25\n")
+        assert matmul._intel_cpu(cpuinfo) is intel
+    # MKL picks slow kernels on other vendors' CPUs and fast ones on Intel's (SPEED.md)
+    assert matmul._route_on("auto", intel_cpu=False) and not matmul._route_on("auto", True)
+    assert matmul._route_on("onednn", intel_cpu=True)
+    assert not matmul._route_on("torch", intel_cpu=False)
+    with pytest.raises(ValueError, match="TRANSDUCE_CPU_MATMUL must be"):
+        matmul._route_on("mkl", intel_cpu=False)

@@ -26,7 +26,8 @@ def _add_translate(verbs) -> None:
     p.add_argument(
         "--int8",
         action="store_true",
-        help="CPU only: int8 linear layers (about 1.27x faster, BLEU within 0.3)",
+        help="CPU only: the large products in int8 through oneDNN (1.2x faster at batch 64 "
+        "on a 2-core Xeon, BLEU within 0.3)",
     )
     p.add_argument(
         "--alignments",

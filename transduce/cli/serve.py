@@ -19,7 +19,7 @@ def add_verbs(verbs) -> None:
     )
     p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint file")
     p.add_argument("--device")
-    p.add_argument("--int8", action="store_true", help="CPU only: int8 linear layers")
+    p.add_argument("--int8", action="store_true", help="CPU only: the large products in int8")
     p.add_argument(
         "--decoder",
         choices=("process", "thread"),

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import copy
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from ..config import DecodeConfig, TaskConfig
 from ..data.batching import collate
 from ..data.bpe import Vocab
 from ..models import Seq2Seq
-from ..models.matmul import PackedWeights, as_torch_linears, packed_for_inference
+from ..models.int8 import Int8Weights, int8_products
+from ..models.int8 import available as int8_available
+from ..models.matmul import PackedWeights, packed_for_inference
 from ..models.saved import load_model
 from ..runtime import pick_device
 from ..tasks import get_task
@@ -31,14 +32,18 @@ def decode_ids(
     decode: DecodeConfig,
     device: torch.device,
     packed_weights: PackedWeights | None = None,
+    int8_weights: Int8Weights | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over id sequences (without EOS), batched by length; results in input order.
-    `packed_weights`: a store that keeps the weights packed for oneDNN between calls."""
+    `packed_weights`: a store that keeps the weights packed for oneDNN between calls.
+    `int8_weights`: given, the large products run in int8 (`models/int8.py`), their weights
+    quantized into this store."""
     model.eval()
     cap = model.max_positions  # e.g. learned positions: no hypothesis may outgrow the table
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
-    with packed_for_inference(packed_weights):
+    int8 = nullcontext() if int8_weights is None else int8_products(int8_weights)
+    with packed_for_inference(packed_weights), int8:
         for start in range(0, len(order), decode.batch_size):
             chunk = order[start : start + decode.batch_size]
             batch = collate([(sources[i], []) for i in chunk], vocab.pad, vocab.bos, vocab.eos)
@@ -76,10 +81,18 @@ class Translator:
         decode: DecodeConfig,
         device: torch.device,
         task: TaskConfig | None = None,
+        int8: bool = False,
     ):
+        """`int8`: the large products in int8 (CPU only; `models/int8.py`)."""
+        if int8 and device.type != "cpu":
+            raise ValueError("int8 decoding is for the CPU; on a GPU, leave it out")
+        if int8 and not int8_available:
+            raise ValueError("int8 decoding needs a PyTorch built with oneDNN (mkldnn)")
         self.model, self.vocab, self.decode, self.device = model.eval(), vocab, decode, device
         self.task = get_task(task or TaskConfig())
         self.packed_weights: PackedWeights | None = None  # see keep_packed_weights
+        # Quantized on first use and kept: a translator decodes call after call with them.
+        self.int8_weights: Int8Weights | None = {} if int8 else None
 
     def keep_packed_weights(self) -> None:
         """Keep the weights packed for oneDNN from one call to the next, as a server wants: a
@@ -97,18 +110,14 @@ class Translator:
         """A checkpoint file, or a run folder: its averaged model if there is one, else its
         newest checkpoint, or `checkpoint`.
 
-        `int8`: the linear layers' weights in int8 (CPU dynamic quantization, see `quantized`).
+        `int8`: the large products in int8 (CPU only; `models/int8.py`).
         """
         saved = load_model(model, checkpoint)
         target = pick_device(device)
-        network = saved.model
-        if int8:
-            if target.type != "cpu":
-                raise ValueError("int8 decoding is for the CPU; on a GPU, leave it out")
-            network = quantized(network)
         logger.info("loaded %s (step %s) on %s", saved.path, saved.step, target)
         config = saved.config
-        return cls(network.to(target), saved.vocab, config.decode, target, config.task)
+        network = saved.model.to(target)
+        return cls(network, saved.vocab, config.decode, target, config.task, int8)
 
     def translate(
         self, lines: list[str], decode: DecodeConfig | None = None
@@ -139,6 +148,7 @@ class Translator:
             decode,
             self.device,
             self.packed_weights,
+            self.int8_weights,
         )
         # Every hypothesis of every line through the task's post-processing at once.
         owners = [(i, h) for i, hyps in zip(todo, hypotheses, strict=True) for h in hyps]
@@ -163,14 +173,3 @@ class Translator:
                     f"input line {line}: {len(ids) + 1} subwords exceed the model's "
                     f"max_positions={limit}"
                 )
-
-
-def quantized(model: Seq2Seq) -> Seq2Seq:
-    """Every nn.Linear with int8 weights and activations quantized per batch (dynamic).
-
-    The tied embedding / output projection stays float32. On a 2-core CPU, `small` size,
-    beam 4: 1.27x float32's sentences/s at batch 64 and 1.26x at batch 1, at +0.08 / -0.28
-    BLEU (benchmarks/SPEED.md). An option, not the default: float32 reproduces the model exactly.
-    """
-    plain = as_torch_linears(copy.deepcopy(model).eval())  # it matches nn.Linear by exact type
-    return torch.ao.quantization.quantize_dynamic(plain, {nn.Linear}, torch.qint8, inplace=True)

@@ -1,4 +1,4 @@
-"""Float32 matrix products on the CPU through oneDNN instead of MKL.
+"""Float32 matrix products on the CPU through oneDNN instead of MKL, where that is faster.
 
 PyTorch hands a float32 `linear` on the CPU to MKL's sgemm. MKL picks its fast kernels by CPU
 vendor: on the AMD EPYC of our benchmark machine it runs at 150-200 GFLOP/s on 2 threads, where
@@ -6,24 +6,30 @@ oneDNN (shipped inside PyTorch, used by its compiler for frozen CPU graphs) runs
 products at 280-420 GFLOP/s, accumulating in float32 all the same (benchmarks/SPEED.md,
 `benchmarks/cpu_matmul.py` measures a machine). Every product of the model's linear layers and
 tied output projection goes through `linear` below, forward and backward, so training and
-decoding both gain.
+decoding both gain. On Intel's CPUs MKL is the faster of the two (a Xeon with AMX, session 18:
+training `small` 1.13x, beam search 1.17x at batch 64 and 1.5x at batch 1, whose many small
+products oneDNN's calls cost ~50 us each against MKL's ~18), so there the route is off.
 
 The route is taken only for float32 CPU tensors outside autocast and outside `torch.compile`
 (whose CPU backend makes its own oneDNN calls), when this build of PyTorch has the operator;
 anything else (GPUs, the float64 tests, bf16) is torch's own `F.linear`. Set
-TRANSDUCE_CPU_MATMUL=torch, or call `use_onednn(False)`, to compare or to opt out.
+TRANSDUCE_CPU_MATMUL=torch or =onednn, or call `use_onednn`, to choose for yourself.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
+
+from . import int8
 
 # oneDNN keeps each product it has compiled in a cache keyed by shape, and so does ideep, its
 # wrapper inside PyTorch; 1,024 entries each by default. Training's row counts change every
@@ -40,7 +46,24 @@ for _cache in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
     os.environ.setdefault(_cache, str(CACHED_PRODUCTS))
 
 _available = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-_enabled = _available and os.environ.get("TRANSDUCE_CPU_MATMUL", "onednn") != "torch"
+
+
+def _intel_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    try:
+        vendor = cpuinfo.read_text().split("vendor_id", 1)[1].split("\n", 1)[0]
+    except (OSError, IndexError):  # not Linux
+        return "Intel" in platform.processor()
+    return "GenuineIntel" in vendor
+
+
+def _route_on(choice: str, intel_cpu: bool) -> bool:
+    """TRANSDUCE_CPU_MATMUL: "auto" (oneDNN except on Intel's CPUs), "onednn" or "torch"."""
+    if choice not in ("auto", "onednn", "torch"):
+        raise ValueError(f"TRANSDUCE_CPU_MATMUL must be auto, onednn or torch, not {choice!r}")
+    return choice == "onednn" or (choice == "auto" and not intel_cpu)
+
+
+_enabled = _available and _route_on(os.environ.get("TRANSDUCE_CPU_MATMUL", "auto"), _intel_cpu())
 _can_pack = _available and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 # Decoding's weights reordered into oneDNN's blocked layout, made on first use inside
@@ -118,13 +141,17 @@ def _takes_onednn(x: Tensor, weight: Tensor) -> bool:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """F.linear(x, weight, bias), x (..., K) -> (..., N), through oneDNN where that is faster."""
+    """F.linear(x, weight, bias), x (..., K) -> (..., N), through oneDNN where that is faster,
+    and in int8 inside `int8.int8_products` (decoding with `--int8`)."""
+    flat = x.reshape(-1, x.size(-1))  # (M, K)
+    grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, weight, bias)
+    )
+    if not grad and (out := int8.maybe_int8(flat, weight, bias)) is not None:
+        return out.view(*x.shape[:-1], weight.size(0))
     if not _takes_onednn(x, weight):
         return F.linear(x, weight, bias)
-    flat = x.reshape(-1, x.size(-1))  # (M, K)
-    if torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (x, weight, bias)
-    ):
+    if grad:
         out = _OneDnnLinear.apply(flat, weight, bias)
     else:  # decoding: no autograd node to build, and the weight may be prepacked
         out = _onednn(flat, _packed_or_plain(weight), bias)
@@ -175,17 +202,3 @@ class Linear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
-
-
-def as_torch_linears(model: nn.Module) -> nn.Module:
-    """Swap every `Linear` for a plain nn.Linear sharing its parameters, in place, for tools
-    that match modules by exact type (dynamic quantization)."""
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is Linear:
-                plain = nn.Linear(  # built on "meta": no memory, no initialisation
-                    child.in_features, child.out_features, child.bias is not None, device="meta"
-                )
-                plain.weight, plain.bias = child.weight, child.bias
-                setattr(parent, name, plain.train(child.training))
-    return model

@@ -99,6 +99,7 @@ def best_translations(
         settings,
         translator.device,
         translator.packed_weights,
+        translator.int8_weights,
     )
     return [hypotheses[0].tokens for hypotheses in found]
 

@@ -1,0 +1,123 @@
+"""int8 products for CPU decoding (`translate --int8`), through oneDNN's quantized linear.
+
+Each weight W (N, K) is rounded once to int8 with one scale per output unit, W ~ s_W q_W (s_W =
+max |W_n| / 127). Each product rounds its input rows x (M, K) to uint8 with one scale and zero
+point of their own, x ~ s_x (q_x - z_x), from their range at that moment (dynamic quantization:
+nothing to calibrate). oneDNN sums (q_x - z_x) q_W^T in int32 (AMX or VNNI instructions where the
+CPU has them) and hands back y = s_x s_W (that sum) + b in float32.
+
+This is the route PyTorch maintains for x86 int8 (`onednn::qlinear_pointwise`, what its compiler
+lowers quantized linears to); the older `torch.ao.quantization.quantize_dynamic` and its quantized
+tensors are deprecated (pytorch/pytorch#184982). Unlike that route it also takes the tied output
+projection, the largest product of a small model's decoding step.
+
+A quantized call costs PyTorch's wrapper of oneDNN ~50 us of its own whatever its size (its
+kernel runs 4-16 us at a step of beam search), more than a small float32 product takes in all
+through MKL (~18 us), so only products worth it go int8: those of at least MIN_MULTIPLY_ADDS
+multiply-adds, and those whose weight is so large that reading it is the cost (the output
+projection over the vocabulary, whatever the rows). Decoding a batch of 64 (256 beam rows)
+quantizes nearly every product; a sentence at a time (4 rows), the output projection and little
+else (benchmarks/SPEED.md, "int8 through oneDNN", session 18).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+MIN_MULTIPLY_ADDS = 1 << 24  # M x K x N
+MIN_WEIGHT = 1 << 20  # N x K: reading a weight this large, not its products, takes the time
+
+available = torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_prepack")
+
+
+@dataclass(frozen=True)
+class Int8Weight:
+    """A weight (N, K) as oneDNN's prepacked int8 and the scale of each output unit."""
+
+    packed: Tensor
+    scales: Tensor  # (N,) float32
+    zero_points: Tensor  # (N,) int64 zeros: the weights are symmetric
+
+    @classmethod
+    def of(cls, weight: Tensor) -> Int8Weight:
+        w = weight.detach().float()
+        scales = w.abs().amax(dim=1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+        q = torch.round(w / scales[:, None]).to(torch.int8)
+        zeros = torch.zeros(w.size(0), dtype=torch.int64)
+        return cls(torch.ops.onednn.qlinear_prepack(q, None), scales, zeros)
+
+
+# id(weight) -> (the weight, its version when quantized, its Int8Weight); holding the weight
+# keeps its id from being reused. `_store` is the open context's store, None outside one.
+Int8Weights = dict[int, tuple[Tensor, int, Int8Weight]]
+_store: Int8Weights | None = None
+
+
+@contextmanager
+def int8_products(keep: Int8Weights | None = None) -> Iterator[None]:
+    """Within: large float32 CPU products without gradients run in int8 (`maybe_int8`).
+
+    A weight is quantized on its first product and kept in `keep` if given (a translator keeps
+    one for its lifetime), otherwise until the outermost context exits."""
+    global _store
+    if _store is not None or not available:
+        yield
+        return
+    _store = keep if keep is not None else {}
+    try:
+        yield
+    finally:
+        _store = None
+
+
+def active() -> bool:
+    return _store is not None
+
+
+def maybe_int8(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
+    """x (M, K) @ weight (N, K)^T + bias in int8, or None where it stays float32: no context
+    open, not float32 on the CPU, or a product too small to gain (see the module's doc)."""
+    if (
+        _store is None
+        or not _worth_it(x.size(0), weight.numel())
+        or not x.dtype == weight.dtype == torch.float32
+        or x.device.type != "cpu"
+        or torch.compiler.is_compiling()
+    ):
+        return None
+    q_x, scale, zero_point = _quantized_rows(x)
+    w = _int8_weight(weight)
+    return torch.ops.onednn.qlinear_pointwise(
+        q_x, scale, zero_point, w.packed, w.scales, w.zero_points, bias,
+        1.0, 0, torch.float32, "none", [], "",
+    )  # fmt: skip
+
+
+def _worth_it(rows: int, weight_size: int) -> bool:
+    return rows * weight_size >= MIN_MULTIPLY_ADDS or weight_size >= MIN_WEIGHT
+
+
+def _int8_weight(weight: Tensor) -> Int8Weight:
+    entry = _store.get(id(weight))
+    # A weight changed in place since (an optimizer step between two validations) is redone;
+    # inference tensors have no version counter, and cannot be changed outside inference mode.
+    version = -1 if weight.is_inference() else weight._version
+    if entry is None or entry[1] != version:
+        entry = _store[id(weight)] = (weight, version, Int8Weight.of(weight))
+    return entry[2]
+
+
+def _quantized_rows(x: Tensor) -> tuple[Tensor, float, int]:
+    """x ~ scale (q - zero_point), q uint8 over x's range widened to hold 0 (exact zeros stay
+    exact: padding rows, ReLU's outputs)."""
+    low, high = (v.item() for v in torch.aminmax(x))
+    low, high = min(low, 0.0), max(high, 0.0)
+    scale = (high - low) / 255 or 1.0
+    zero_point = min(max(round(-low / scale), 0), 255)
+    q = torch.mul(x, 1 / scale).round_().add_(zero_point).clamp_(0, 255).to(torch.uint8)
+    return q, scale, zero_point
