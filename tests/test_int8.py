@@ -81,6 +81,12 @@ def test_only_products_without_gradients_and_above_the_threshold_take_int8(monke
     with torch.no_grad(), int8_products(store):
         at = linear(x, weight)
     assert list(store) == [id(weight)] and not torch.equal(at, linear(x, weight))
+    # A weight large enough that reading it is the cost goes int8 whatever the rows.
+    monkeypatch.setattr(int8, "MIN_MULTIPLY_ADDS", 1 << 60)
+    monkeypatch.setattr(int8, "MIN_WEIGHT", weight.numel())
+    with torch.no_grad(), int8_products():
+        one_row = linear(x[:1], weight)
+    assert not torch.equal(one_row, linear(x[:1], weight))
     trained = weight.clone().requires_grad_()
     with int8_products(store):
         assert linear(x, trained).grad_fn is not None  # training's products stay float32

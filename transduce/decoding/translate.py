@@ -83,7 +83,8 @@ class Translator:
         task: TaskConfig | None = None,
         int8: bool = False,
     ):
-        """`int8`: the large products in int8 (CPU only; `models/int8.py`)."""
+        """`int8`: the large products in int8 (CPU only; `models/int8.py`). An option, not the
+        default: float32 reproduces the model exactly."""
         if int8 and device.type != "cpu":
             raise ValueError("int8 decoding is for the CPU; on a GPU, leave it out")
         if int8 and not int8_available:

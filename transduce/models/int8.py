@@ -63,7 +63,8 @@ def int8_products(keep: Int8Weights | None = None) -> Iterator[None]:
     """Within: large float32 CPU products without gradients run in int8 (`maybe_int8`).
 
     A weight is quantized on its first product and kept in `keep` if given (a translator keeps
-    one for its lifetime), otherwise until the outermost context exits."""
+    one for its lifetime), otherwise until the outermost context exits. Like
+    `matmul.packed_for_inference`, not for several threads decoding at once."""
     global _store
     if _store is not None or not available:
         yield

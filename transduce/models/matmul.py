@@ -143,14 +143,16 @@ def _takes_onednn(x: Tensor, weight: Tensor) -> bool:
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """F.linear(x, weight, bias), x (..., K) -> (..., N), through oneDNN where that is faster,
     and in int8 inside `int8.int8_products` (decoding with `--int8`)."""
-    flat = x.reshape(-1, x.size(-1))  # (M, K)
     grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, weight, bias)
     )
-    if not grad and (out := int8.maybe_int8(flat, weight, bias)) is not None:
-        return out.view(*x.shape[:-1], weight.size(0))
+    if not grad and int8.active():
+        out = int8.maybe_int8(x.reshape(-1, x.size(-1)), weight, bias)
+        if out is not None:
+            return out.view(*x.shape[:-1], weight.size(0))
     if not _takes_onednn(x, weight):
         return F.linear(x, weight, bias)
+    flat = x.reshape(-1, x.size(-1))  # (M, K)
     if grad:
         out = _OneDnnLinear.apply(flat, weight, bias)
     else:  # decoding: no autograd node to build, and the weight may be prepacked
