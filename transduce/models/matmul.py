@@ -7,7 +7,7 @@ products at 280-420 GFLOP/s, accumulating in float32 all the same (benchmarks/SP
 `benchmarks/cpu_matmul.py` measures a machine). Every product of the model's linear layers and
 tied output projection goes through `linear` below, forward and backward, so training and
 decoding both gain. On Intel's CPUs MKL is the faster of the two (a Xeon with AMX, session 18:
-training `small` 1.13x, beam search 1.17x at batch 64 and 1.5x at batch 1, whose many small
+training `small` 1.13x, beam search 1.06-1.17x at batch 64 and 1.5x at batch 1, whose many small
 products oneDNN's calls cost ~50 us each against MKL's ~18), so there the route is off.
 
 The route is taken only for float32 CPU tensors outside autocast and outside `torch.compile`
