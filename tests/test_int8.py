@@ -121,9 +121,13 @@ def test_int8_beam_search_stays_close_to_float32_with_no_deprecation_warning(eve
         assert ours[0].tokens == theirs[0].tokens
         assert ours[0].score == pytest.approx(theirs[0].score, rel=0.02)
         assert ours[0].score != theirs[0].score
+    # A store kept between calls (a translator's) is not quantized again.
+    quantized = {key: entry[2] for key, entry in store.items()}
+    assert decode_ids(model, FakeVocab(), sources, decode, cpu, None, store) == approx
+    assert all(store[key][2] is weight for key, weight in quantized.items())
 
 
-def test_a_translator_keeps_its_int8_weights_and_refuses_a_gpu(tmp_path, monkeypatch):
+def test_a_translator_opens_an_int8_store_and_refuses_a_gpu_or_no_onednn(monkeypatch):
     model = tiny_model(dtype=torch.float32)
     translator = Translator(model, None, DecodeConfig(), torch.device("cpu"), int8=True)
     assert translator.int8_weights == {}
