@@ -110,19 +110,24 @@ def reverse_task_files(folder: Path, n_train: int = 3000, n_dev: int = 40, seed:
     return splits
 
 
-def prepared_reverse_task(folder: Path, n_train: int = 3000, n_dev: int = 40) -> Path:
-    """The toy reverse task prepared (16 pieces) under `folder`; returns the prepared folder."""
+def prepared_reverse_task(
+    folder: Path,
+    n_train: int = 3000,
+    n_dev: int = 40,
+    vocab_size: int = 16,
+    description: dict | None = None,
+) -> Path:
+    """The toy reverse task prepared under `folder`; returns the prepared folder."""
     from transduce.data.corpus import LengthFilter
     from transduce.data.dataset import prepare
 
     splits = reverse_task_files(folder, n_train, n_dev)
-    description = {"corpus": "toy"}
     data = prepare(
         splits,
         folder / "prepared",
-        vocab_size=16,
+        vocab_size=vocab_size,
         length_filter=LengthFilter(),
-        description=description,
+        description={"corpus": "toy"} if description is None else description,
     )
     return data.path
 

@@ -9,15 +9,13 @@ import pytest
 
 from transduce.cli import main
 from transduce.config import Config, DecodeConfig, override
-from transduce.data.corpus import LengthFilter
-from transduce.data.dataset import prepare
 from transduce.decoding.translate import Translator
 from transduce.models.saved import load_model
 from transduce.presets import tiny
 from transduce.training.checkpoint import CheckpointError, load, save
 from transduce.training.loop import train
 
-from .conftest import PLUMBING_MODEL, reverse_task_files, write_lines
+from .conftest import PLUMBING_MODEL, prepared_reverse_task, write_lines
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LEGACY_RUN = FIXTURES / "legacy_run"
@@ -58,19 +56,12 @@ def test_the_cli_translates_with_a_version_0_1_run(tmp_path, capsys):
 
 def test_a_version_0_1_run_resumes(tmp_path):
     """Its config.json has no model family and no task; the data is prepared afresh as then."""
-    files = reverse_task_files(tmp_path, n_train=600, n_dev=20)
     description = {"corpus": "files", "variant": "raw", "src": "xx", "tgt": "yy"}
-    data = prepare(
-        files,
-        tmp_path / "data",
-        vocab_size=24,
-        length_filter=LengthFilter(),
-        description=description,
-    )
+    data = prepared_reverse_task(tmp_path, 600, 20, vocab_size=24, description=description)
     run = tmp_path / "run"
     shutil.copytree(LEGACY_RUN, run)
     config = override(Config.load(run / "config.json"), {"train.max_steps": 250})
-    train(config, data.path, run, resume=True, device="cpu")
+    train(config, data, run, resume=True, device="cpu")
     assert load(run / "average.pt")["step"] == 250
     assert Config.load(run / "config.json").task.name == "translation"
 
@@ -78,15 +69,9 @@ def test_a_version_0_1_run_resumes(tmp_path):
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("one-file")
-    data = prepare(
-        reverse_task_files(folder, n_train=300, n_dev=10),
-        folder / "data",
-        vocab_size=16,
-        length_filter=LengthFilter(),
-        description={},
-    )
+    data = prepared_reverse_task(folder, 300, 10, description={})
     settings = PLUMBING_MODEL | {"train.max_steps": 6, "train.valid_every": 3, "train.keep_last": 2}
-    train(override(tiny(), settings | {"train.average_last": 2}), data.path, folder / "run")
+    train(override(tiny(), settings | {"train.average_last": 2}), data, folder / "run")
     return folder / "run"
 
 

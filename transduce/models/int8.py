@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .derived import WeightCopies, copy_of
+
 MIN_MULTIPLY_ADDS = 1 << 24  # M x K x N
 MIN_WEIGHT = 1 << 20  # N x K: reading a weight this large, not its products, takes the time
 
@@ -52,9 +54,9 @@ class Int8Weight:
         return cls(torch.ops.onednn.qlinear_prepack(q, None), scales, zeros)
 
 
-# id(weight) -> (the weight, its version when quantized, its Int8Weight); holding the weight
-# keeps its id from being reused. `_store` is the open context's store, None outside one.
-Int8Weights = dict[int, tuple[Tensor, int, Int8Weight]]
+# Each weight's Int8Weight, made on its first product (`derived.copy_of`). `_store` is the open
+# context's store, None outside one.
+Int8Weights = WeightCopies[Int8Weight]
 _store: Int8Weights | None = None
 
 
@@ -92,7 +94,7 @@ def maybe_int8(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
     ):
         return None
     q_x, scale, zero_point = _quantized_rows(x)
-    w = _int8_weight(weight)
+    w = copy_of(_store, weight, Int8Weight.of)
     return torch.ops.onednn.qlinear_pointwise(
         q_x, scale, zero_point, w.packed, w.scales, w.zero_points, bias,
         1.0, 0, torch.float32, "none", [], "",
@@ -101,16 +103,6 @@ def maybe_int8(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
 
 def _worth_it(rows: int, weight_size: int) -> bool:
     return rows * weight_size >= MIN_MULTIPLY_ADDS or weight_size >= MIN_WEIGHT
-
-
-def _int8_weight(weight: Tensor) -> Int8Weight:
-    entry = _store.get(id(weight))
-    # A weight changed in place since (an optimizer step between two validations) is redone;
-    # inference tensors have no version counter, and cannot be changed outside inference mode.
-    version = -1 if weight.is_inference() else weight._version
-    if entry is None or entry[1] != version:
-        entry = _store[id(weight)] = (weight, version, Int8Weight.of(weight))
-    return entry[2]
 
 
 def _quantized_rows(x: Tensor) -> tuple[Tensor, float, int]:

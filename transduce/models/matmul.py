@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from . import int8
+from .derived import WeightCopies, copy_of
 
 # oneDNN keeps each product it has compiled in a cache keyed by shape, and so does ideep, its
 # wrapper inside PyTorch; 1,024 entries each by default. Training's row counts change every
@@ -67,10 +68,9 @@ _enabled = _available and _route_on(os.environ.get("TRANSDUCE_CPU_MATMUL", "auto
 _can_pack = _available and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 # Decoding's weights reordered into oneDNN's blocked layout, made on first use inside
-# `packed_for_inference`: id(weight) -> (the weight, its version when packed, the packed copy).
-# Holding the weight keeps its id from being reused. `_packed` is the store of the outermost
-# context while one is open, None outside.
-PackedWeights = dict[int, tuple[Tensor, int, Tensor]]
+# `packed_for_inference` (`derived.copy_of`). `_packed` is the store of the outermost context
+# while one is open, None outside.
+PackedWeights = WeightCopies[Tensor]
 _packed: PackedWeights | None = None
 PACKED_FOR_ROWS = 64  # the row count oneDNN tunes the layout for; 4-256 rows gain alike
 
@@ -164,13 +164,11 @@ def _packed_or_plain(weight: Tensor) -> Tensor:
     # Inference tensors have no version counter to check staleness by: they are read unpacked.
     if _packed is None or not _can_pack or weight.is_inference():
         return weight
-    entry = _packed.get(id(weight))
-    # A weight changed in place since it was packed (an optimizer step) is packed afresh.
-    # Changes made through `.data` bypass the version counter: none are made here.
-    if entry is None or entry[1] != weight._version:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS)
-        entry = _packed[id(weight)] = (weight, weight._version, packed)
-    return entry[2]
+    return copy_of(_packed, weight, _packed_copy)
+
+
+def _packed_copy(weight: Tensor) -> Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS)
 
 
 @contextmanager
