@@ -91,3 +91,40 @@ def test_grouped_queries_with_a_padding_mask_on_the_fused_path():
         queries, k.repeat_interleave(3, 0), v.repeat_interleave(3, 0), mask.repeat_interleave(3, 0)
     )
     torch.testing.assert_close(grouped, copied)
+
+
+def test_self_attention_projects_with_one_stacked_product_when_decoding():
+    torch.manual_seed(2)
+    attention = MultiHeadAttention(d_model=12, h=3, d_k=2, d_v=7).double()
+    x = torch.randn(2, 4, 12, dtype=torch.float64)
+    apart = (attention.project_q(x), *attention.project_kv(x))
+    with torch.no_grad():
+        stacked = attention.project_qkv(x)
+        weight = attention._stacked_qkv()[0]
+    assert weight.shape == (3 * 2 + 3 * 2 + 3 * 7, 12)
+    for ours, theirs in zip(stacked, apart, strict=True):
+        assert ours.shape == theirs.shape
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
+    with torch.no_grad():  # kept while the weights are unchanged, made again when one changes
+        attention.project_qkv(x)
+        assert attention._stacked_qkv()[0] is weight
+        attention.w_v.bias.add_(1.0)
+        _, _, v = attention.project_qkv(x)
+    torch.testing.assert_close(v, attention.project_kv(x)[1], rtol=0, atol=1e-12)
+    attention.float()  # the weights' data move: the float64 copy is not used
+    with torch.no_grad():
+        q, _, _ = attention.project_qkv(x.float())
+    assert q.dtype == torch.float32
+    torch.testing.assert_close(q, attention.project_q(x.float()))
+
+
+def test_self_attention_projects_apart_when_training_so_each_layer_gets_its_gradient():
+    torch.manual_seed(3)
+    attention = MultiHeadAttention(d_model=8, h=2, d_k=4, d_v=4).double()
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    q, k, v = attention.project_qkv(x)
+    out, _ = attention.attend(q, k, v)
+    out.square().sum().backward()
+    assert attention._stacked is None  # no stacked copy made for training
+    for layer in (attention.w_q, attention.w_k, attention.w_v, attention.w_o):
+        assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0

@@ -115,8 +115,11 @@ def test_int8_beam_search_stays_close_to_float32_with_no_deprecation_warning(eve
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch.ao's route warned on every call
         approx = decode_ids(model, FakeVocab(), sources, decode, cpu, None, store)
-    # Every linear layer and the tied output projection (the target embedding) took int8.
-    assert len(store) == n_linear + 1 and id(model.tgt_embed.tokens.weight) in store
+    # Every product took int8: each linear layer, the decoder's self-attention projections as
+    # the one product of their stacked weights, and the tied output projection.
+    stacked = [layer.self_attn._stacked_qkv()[0] for layer in model.decoder_layers]
+    assert len(store) == n_linear - 2 * len(stacked) + 1
+    assert all(id(weight) in store for weight in [*stacked, model.tgt_embed.tokens.weight])
     for ours, theirs in zip(approx, exact, strict=True):
         assert ours[0].tokens == theirs[0].tokens
         assert ours[0].score == pytest.approx(theirs[0].score, rel=0.02)

@@ -54,7 +54,9 @@ def test_a_tiny_model_learns_to_reverse(toy_data, tmp_path, monkeypatch):
     int8 = Translator.load(tmp_path / "run", device="cpu", int8=True)
     outputs_int8 = [h[0][0] for h in int8.translate(test.src)]
     n_linear = sum(isinstance(m, torch.nn.Linear) for m in int8.model.modules())
-    assert len(int8.int8_weights) == n_linear + 1  # and the tied output projection
+    # the decoder's self-attention Q, K, V as one stacked product, and the tied output projection
+    n_decoder = len(int8.model.decoder_layers)
+    assert len(int8.int8_weights) == n_linear - 2 * n_decoder + 1
     same = sum(a == b for a, b in zip(outputs, outputs_int8, strict=True)) / len(outputs)
     assert same >= 0.9
 

@@ -71,6 +71,25 @@ def test_a_long_cached_decode_and_one_after_a_forced_prefix_equal_the_full_forwa
     torch.testing.assert_close(torch.stack(steps, dim=1), full[:, 5:], rtol=0, atol=1e-10)
 
 
+def test_a_step_after_a_reorder_writes_into_the_room_the_reorder_left(model):
+    """Beam search reorders the cache after every step; the next step's keys then go into the
+    reordered buffer in place, not into a concatenation that copies every position again."""
+    full = model(SRC, TGT_IN)
+    cache = model.init_cache(model.encode(SRC))
+    model.step(TGT_IN[:, :1], cache)
+    for t in range(1, TGT_IN.size(1)):
+        cache.reorder(torch.tensor([0, 1]))
+        layer = cache.layers[0]
+        buffer, earlier = layer.keys.data_ptr(), layer.self_k.clone()
+        assert layer.keys.size(2) == t + 1 and layer.self_k.size(2) == t
+        out = model.step(TGT_IN[:, t : t + 1], cache)
+        assert layer.keys.data_ptr() == buffer and torch.equal(layer.self_k[:, :, :t], earlier)
+        torch.testing.assert_close(out, full[:, t], rtol=0, atol=1e-10)
+    # without a reorder (greedy search while no sentence ends) a step concatenates
+    model.step(TGT_IN[:, :1], cache)
+    assert cache.layers[0].self_k.size(2) == TGT_IN.size(1) + 1
+
+
 def test_beams_share_the_encoder_output_and_reorder_selects_rows(model):
     group = 3
     full = model(SRC, TGT_IN)

@@ -12,7 +12,8 @@ each row is the *change* it makes, so that the same experiment can be run from a
 - E1 switches to learned positions; big also trains 3x as long (300K steps against 100K).
 
 A row that cannot be scaled to a base (a d_k below 1, a width h does not divide, P_drop >= 1,
-a value the base already has, as D1's P_drop 0.0 at `small`) raises `CannotScale` saying why.
+a value the base already has, as D1's P_drop 0.0 at a base without dropout) raises `CannotScale`
+saying why.
 From `base()` every row equals the preset the paper prints.
 """
 

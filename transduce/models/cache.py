@@ -26,21 +26,58 @@ def kept_sentences(index: Tensor, group: int, old_group: int, n_sentences: int) 
 
 @dataclass
 class LayerCache:
-    """One decoder layer's keys and values."""
+    """One decoder layer's keys and values.
+
+    Beam search reorders the self-attention keys and values after every step, and the step
+    after adds one position. The reorder copies them into a buffer with room for that one
+    position, which the step then writes in place: a concatenation would copy every position
+    a second time. Where no reorder made room (greedy search), a step concatenates.
+    """
 
     cross_k: Tensor  # (B, h, S, d_k): one row per sentence
     cross_v: Tensor  # (B, h, S, d_v)
-    self_k: Tensor | None = None  # (N, h, t, d_k): one row per hypothesis, t steps so far
-    self_v: Tensor | None = None  # (N, h, t, d_v)
+    keys: Tensor | None = None  # (N, h, room, d_k): one row per hypothesis, `length` filled
+    values: Tensor | None = None  # (N, h, room, d_v)
+    length: int = 0
+
+    @property
+    def self_k(self) -> Tensor | None:
+        """(N, h, t, d_k): the keys of the t positions so far."""
+        return None if self.keys is None else self.keys[:, :, : self.length]
+
+    @property
+    def self_v(self) -> Tensor | None:
+        return None if self.values is None else self.values[:, :, : self.length]
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add the new positions' keys and values; return all of them."""
-        if self.self_k is None:
-            self.self_k, self.self_v = k, v
+        end = self.length + k.size(2)
+        if self.keys is None:
+            self.keys, self.values = k, v
+        elif end <= self.keys.size(2):  # the room a reorder left
+            self.keys[:, :, self.length : end] = k
+            self.values[:, :, self.length : end] = v
         else:
-            self.self_k = torch.cat([self.self_k, k], dim=2)
-            self.self_v = torch.cat([self.self_v, v], dim=2)
+            self.keys = torch.cat([self.self_k, k], dim=2)
+            self.values = torch.cat([self.self_v, v], dim=2)
+        self.length = end
         return self.self_k, self.self_v
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep hypotheses `index`, in buffers with room for the next position."""
+        if self.keys is not None:
+            self.keys = self._selected(self.keys, index)
+            self.values = self._selected(self.values, index)
+
+    def _selected(self, buffer: Tensor, index: Tensor) -> Tensor:
+        n_heads, width = buffer.size(1), buffer.size(3)
+        kept = buffer.new_empty(index.numel(), n_heads, self.length + 1, width)
+        filled = buffer[:, :, : self.length]
+        if filled.requires_grad and torch.is_grad_enabled():  # `out=` has no derivative
+            kept[:, :, : self.length] = filled.index_select(0, index)
+        else:
+            torch.index_select(filled, 0, index, out=kept[:, :, : self.length])
+        return kept
 
 
 @dataclass
@@ -64,9 +101,7 @@ class DecoderCache:
         group = self.group if group is None else group
         sentences = kept_sentences(index, group, self.group, self.src_pad_mask.size(0))
         for layer in self.layers:
-            if layer.self_k is not None:
-                layer.self_k = layer.self_k.index_select(0, index)
-                layer.self_v = layer.self_v.index_select(0, index)
+            layer.reorder(index)
             if sentences is not None:
                 layer.cross_k = layer.cross_k.index_select(0, sentences)
                 layer.cross_v = layer.cross_v.index_select(0, sentences)

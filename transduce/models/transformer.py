@@ -142,12 +142,13 @@ class DecoderLayer(nn.Module):
         Returns x and, on request, the self- and cross-attention weights.
         """
         h = self.self_attn_residual.sublayer_input(x)
-        k, v = cache.append(*self.self_attn.project_kv(h))
+        q, k, v = self.self_attn.project_qkv(h)
+        k, v = cache.append(k, v)
         # A single new position may see every earlier one: no mask, the kernel's fastest case.
         is_causal = x.size(1) > 1
         if is_causal and k.size(2) != x.size(1):
             raise ValueError("several new positions after a non-empty cache are not supported")
-        a, self_weights = self.self_attn(h, k, v, None, is_causal, need_weights)
+        a, self_weights = self.self_attn.attend(q, k, v, None, is_causal, need_weights)
         x = self.self_attn_residual.add(x, a)
 
         h = self.cross_attn_residual.sublayer_input(x)
@@ -208,7 +209,7 @@ class Transformer(nn.Module):
         decoder's last states (B, T, d_model), for the loss to project (`output_weight`) in
         chunks (training/loss.py)."""
         encoded = self.encode(src)
-        out, _ = self._decode(tgt_in, self.init_cache(encoded), project=project)
+        out, _ = self._decode(tgt_in, self._cache(encoded, 1, for_steps=False), project=project)
         return out
 
     @property
@@ -224,10 +225,15 @@ class Transformer(nn.Module):
 
     def init_cache(self, encoded: Encoded, group: int = 1) -> DecoderCache:
         """Cross-attention keys and values, once per sentence; `group` rows (beams) each."""
-        layers = [
-            LayerCache(*layer.cross_attn.project_kv(encoded.memory))
-            for layer in self.decoder_layers
-        ]
+        return self._cache(encoded, group, for_steps=True)
+
+    def _cache(self, encoded: Encoded, group: int, for_steps: bool) -> DecoderCache:
+        layers = []
+        for layer in self.decoder_layers:
+            k, v = layer.cross_attn.project_kv(encoded.memory)  # heads interleaved in memory
+            if for_steps:  # else every step's products would copy them into heads first
+                k, v = k.contiguous(), v.contiguous()
+            layers.append(LayerCache(k, v))
         return DecoderCache(layers, encoded.src_pad_mask, group)
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
@@ -239,7 +245,7 @@ class Transformer(nn.Module):
         """Teacher forcing through the reference attention path: logits and every weight."""
         encoded, encoder_self = self._encode(src, need_weights=True)
         logits, (decoder_self, decoder_cross) = self._decode(
-            tgt_in, self.init_cache(encoded), need_weights=True
+            tgt_in, self._cache(encoded, 1, for_steps=False), need_weights=True
         )
         maps = AttentionMaps(decoder_cross, encoder_self=encoder_self, decoder_self=decoder_self)
         return logits, maps
