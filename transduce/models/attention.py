@@ -113,16 +113,11 @@ class MultiHeadAttention(nn.Module):
         return self._stacked[1], self._stacked[2]
 
     def forward(
-        self,
-        x: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor | None = None,
-        is_causal: bool = False,
-        need_weights: bool = False,
+        self, x: Tensor, k: Tensor, v: Tensor, *options, **named
     ) -> tuple[Tensor, Tensor | None]:
-        """Attend from queries x (N, Tq, d_model) over projected k, v (B, h, Tk, .)."""
-        return self.attend(self.project_q(x), k, v, mask, is_causal, need_weights)
+        """`attend` from queries x (N, Tq, d_model), projected here, over projected k, v
+        (B, h, Tk, .); mask, is_causal and need_weights as there."""
+        return self.attend(self.project_q(x), k, v, *options, **named)
 
     def attend(
         self,
