@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .derived import state_of
 from .matmul import Linear, linear
 
 
@@ -48,12 +49,6 @@ def attention_reference(
     return weights @ v, weights
 
 
-def _state(t: Tensor) -> tuple[int, int]:
-    """Where a tensor's data is and how often it was changed in place: `.to()` and `.double()`
-    move the data, an optimizer's step changes the version (inference tensors have none)."""
-    return t.data_ptr(), -1 if t.is_inference() else t._version
-
-
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(QW^Q_i, ...).
 
@@ -70,17 +65,18 @@ class MultiHeadAttention(nn.Module):
         self.w_o = Linear(h * d_v, d_model)
         self._stacked: tuple[tuple, Tensor, Tensor] | None = None  # `_stacked_qkv`
 
+    def _heads(self, x: Tensor) -> Tensor:
+        """(N, T, h * d) -> (N, h, T, d), a view."""
+        n_rows, length, _ = x.shape
+        return x.view(n_rows, length, self.h, -1).transpose(1, 2)
+
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of x (B, T, d_model): (B, h, T, d_k) and (B, h, T, d_v)."""
-        batch, length, _ = x.shape
-        k = self.w_k(x).view(batch, length, self.h, self.d_k).transpose(1, 2)
-        v = self.w_v(x).view(batch, length, self.h, self.d_v).transpose(1, 2)
-        return k, v
+        return self._heads(self.w_k(x)), self._heads(self.w_v(x))
 
     def project_q(self, x: Tensor) -> Tensor:
         """Queries of x (N, T, d_model): (N, h, T, d_k)."""
-        n_rows, n_queries, _ = x.shape
-        return self.w_q(x).view(n_rows, n_queries, self.h, self.d_k).transpose(1, 2)
+        return self._heads(self.w_q(x))
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values of x (N, T, d_model), for self-attention.
@@ -93,19 +89,13 @@ class MultiHeadAttention(nn.Module):
         if torch.is_grad_enabled():
             return self.project_q(x), *self.project_kv(x)
         weight, bias = self._stacked_qkv()
-        n_rows, length, _ = x.shape
-        q, k, v = linear(x, weight, bias).split(
-            [self.h * self.d_k, self.h * self.d_k, self.h * self.d_v], dim=-1
-        )
-        return (
-            q.view(n_rows, length, self.h, self.d_k).transpose(1, 2),
-            k.view(n_rows, length, self.h, self.d_k).transpose(1, 2),
-            v.view(n_rows, length, self.h, self.d_v).transpose(1, 2),
-        )
+        widths = [self.h * self.d_k, self.h * self.d_k, self.h * self.d_v]
+        q, k, v = (self._heads(part) for part in linear(x, weight, bias).split(widths, dim=-1))
+        return q, k, v
 
     def _stacked_qkv(self) -> tuple[Tensor, Tensor]:
         layers = (self.w_q, self.w_k, self.w_v)
-        state = tuple(_state(t) for layer in layers for t in (layer.weight, layer.bias))
+        state = tuple(state_of(t) for layer in layers for t in (layer.weight, layer.bias))
         if self._stacked is None or self._stacked[0] != state:
             weight = torch.cat([layer.weight for layer in layers])
             bias = torch.cat([layer.bias for layer in layers])
