@@ -1,6 +1,7 @@
 """The task seam: the task comes from the prepared data into the run, and validation, checkpoint
 ranking and scoring ask the task, never the dataset."""
 
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,17 @@ def test_the_run_takes_its_task_vocabulary_and_decoding_from_the_data(tokenized_
     assert config.decode == get_task(TOKENIZED).decode_defaults()
     chosen = override(tiny(), {"decode.beam_size": "8"})
     assert resolve_config(chosen, tokenized_data).decode == DecodeConfig(beam_size=8)
+
+
+def test_a_decoding_setting_changed_keeps_the_tasks_other_defaults(tokenized_data):
+    """Parsing searches with beam 21 and +300 tokens (s6.3): changing the length penalty alone
+    must not bring translation's beam 4 and +50 with it."""
+    meta = dict(tokenized_data.meta) | {"task": asdict(TaskConfig(name="parse"))}
+    parsing = PreparedData(Path("x"), meta, tokenized_data.vocab)
+    defaults = get_task(parsing.task).decode_defaults()
+    assert resolve_config(tiny(), parsing).decode == defaults
+    chosen = override(tiny(), {"decode.alpha": "0.5", "decode.batch_size": "8"})
+    assert resolve_config(chosen, parsing).decode == replace(defaults, alpha=0.5, batch_size=8)
 
 
 def test_translation_is_scored_as_its_task_says():

@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import torch
@@ -83,14 +83,25 @@ def train(
 def resolve_config(config: Config, data: PreparedData) -> Config:
     """The run's config: the vocabulary size and the task come from the prepared data.
 
-    Decoding settings left at their defaults become the task's own (s6.1 for translation).
+    Each decoding setting left at its default becomes the task's own (s6.1 for translation,
+    s6.3 for parsing); one the preset or the user changed stays, and the others still follow
+    the task (`--set decode.alpha=0.5` on a parsing run keeps its beam of 21 and +300 tokens).
     """
     task = data.task
-    decode = config.decode
-    if decode == DecodeConfig():
-        decode = replace(get_task(task).decode_defaults(), batch_size=decode.batch_size)
+    decode = _decode_for_task(config.decode, get_task(task).decode_defaults())
     model = replace(config.model, vocab_size=data.vocab.size)
     return replace(config, model=model, task=task, decode=decode)
+
+
+def _decode_for_task(chosen: DecodeConfig, task_defaults: DecodeConfig) -> DecodeConfig:
+    """The task's decoding defaults, with every field `chosen` moved off DecodeConfig's."""
+    untouched = DecodeConfig()
+    changed = {
+        f.name: getattr(chosen, f.name)
+        for f in fields(DecodeConfig)
+        if getattr(chosen, f.name) != getattr(untouched, f.name)
+    }
+    return replace(task_defaults, **changed)
 
 
 class Trainer:
