@@ -1,5 +1,6 @@
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from transduce.models.attention import MultiHeadAttention, attention_reference, causal_mask
 
@@ -116,6 +117,30 @@ def test_self_attention_projects_with_one_stacked_product_when_decoding():
         q, _, _ = attention.project_qkv(x.float())
     assert q.dtype == torch.float32
     torch.testing.assert_close(q, attention.project_q(x.float()))
+
+
+def test_a_projection_swapped_for_another_kind_of_layer_keeps_its_own_product():
+    """A layer that is not our plain Linear (an adapter, torch.ao's quantized Linear, whose
+    `weight` is a method) is called as it is, not stacked from a weight it may not have."""
+
+    class Adapter(nn.Module):  # a frozen layer plus a learned offset, as adapters do
+        def __init__(self, inner: nn.Linear):
+            super().__init__()
+            self.inner, self.offset = inner, nn.Parameter(torch.full((inner.out_features,), 0.5))
+
+        def forward(self, x):
+            return self.inner(x) + self.offset
+
+    torch.manual_seed(4)
+    attention = MultiHeadAttention(d_model=8, h=2, d_k=4, d_v=4).double()
+    attention.w_k = Adapter(attention.w_k).double()
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    with torch.no_grad():
+        q, k, v = attention.project_qkv(x)
+        k_of_the_adapter, v_apart = attention.project_kv(x)
+    torch.testing.assert_close(k, k_of_the_adapter, rtol=0, atol=0)
+    torch.testing.assert_close(v, v_apart, rtol=0, atol=0)
+    torch.testing.assert_close(q, attention.project_q(x), rtol=0, atol=0)
 
 
 def test_self_attention_projects_apart_when_training_so_each_layer_gets_its_gradient():

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from transduce.config import DecodeConfig
 from transduce.experiments import compare as compare_module
 from transduce.experiments.compare import compare
 from transduce.presets import preset
@@ -28,7 +29,17 @@ def test_both_models_are_trained_scored_and_reported_and_not_trained_twice(
         "tiny": as_set_arguments(PLUMBING_MODEL | QUICK),
         "rnn-tiny": as_set_arguments(SMALL_RNN | QUICK),
     }
+    searches, real_translate = [], compare_module.Translator.translate
+
+    def recording_translate(self, lines, decode=None):
+        searches.append(decode or self.decode)
+        return real_translate(self, lines, decode)
+
+    monkeypatch.setattr(compare_module.Translator, "translate", recording_translate)
     results = compare(data.path, tmp_path, minutes=0.02, seeds=2, overrides=overrides)
+    # Both models search alike, with the task's s6.1 settings, though `tiny` has its own alpha.
+    assert preset("tiny").decode.alpha != 0.6
+    assert searches == [DecodeConfig()] * 4
     assert [(r.model, r.seed) for r in results] == [
         ("tiny", 1), ("tiny", 2), ("rnn-tiny", 1), ("rnn-tiny", 2)
     ]  # fmt: skip

@@ -75,17 +75,27 @@ def test_ctranslate2_reproduces_our_beam_search(run_dir, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
     ours = Translator.load(run_dir, device="cpu")  # beside a CPU reference
     expected = [h[0][0] for h in ours.translate(LINES, DecodeConfig(beam_size=4, alpha=0.0))]
-    for quantize in (None, "int8"):
-        out = export_ctranslate2(run_dir, tmp_path / f"ct2-{quantize}", quantize=quantize)
-        translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
-        pieces = [[*ours.vocab.pieces(ids), "</s>"] for ids in ours.vocab.encode(LINES)]
+    pieces = [[*ours.vocab.pieces(ids), "</s>"] for ids in ours.vocab.encode(LINES)]
+
+    def translated(folder, compute_type="default"):
+        translator = ctranslate2.Translator(
+            str(folder), device="cpu", intra_threads=1, compute_type=compute_type
+        )
         results = translator.translate_batch(pieces, beam_size=4, length_penalty=0.0)
-        ids = [ours.vocab.piece_ids(r.hypotheses[0]) for r in results]
-        outputs = ours.vocab.decode(ids)
-        if quantize is None:
-            assert outputs == expected
-        else:  # int8 weights: close, and on this easy task the same
-            assert sum(o == e for o, e in zip(outputs, expected, strict=True)) >= len(LINES) - 1
+        return ours.vocab.decode([ours.vocab.piece_ids(r.hypotheses[0]) for r in results])
+
+    float32 = export_ctranslate2(run_dir, tmp_path / "ct2")
+    assert translated(float32) == expected
+    int8 = export_ctranslate2(run_dir, tmp_path / "ct2-int8", quantize="int8")
+    size = lambda folder: (folder / "model.bin").stat().st_size  # noqa: E731
+    assert size(int8) < 0.75 * size(float32)  # the weights were quantized (0.62 here)
+    # The exported int8 weights, multiplied in float32: close, and on this easy task the same.
+    outputs = translated(int8, compute_type="float32")
+    assert sum(o == e for o, e in zip(outputs, expected, strict=True)) >= len(LINES) - 1
+    # CTranslate2's own int8 products run them; on a CPU with AVX2 alone they lose this
+    # d_model-16 toy's translations (on `small` they cost nothing: SPEED.md), so only that
+    # they run is asserted.
+    assert all(translated(int8, compute_type="int8"))
 
 
 def test_a_model_without_an_equivalent_is_refused_with_the_reason():

@@ -46,16 +46,23 @@ def test_weights_are_rounded_per_output_unit_to_within_half_a_step():
 def test_input_rows_are_rounded_to_uint8_over_a_range_holding_zero():
     x = torch.tensor([[0.5, 2.0, 1.0], [1.0, 0.25, 3.0]])  # all positive: 0 widens the range
     q, scale, zero_point = int8._quantized_rows(x)
-    assert q.dtype == torch.uint8 and zero_point == 0 and scale == pytest.approx(3.0 / 255)
+    assert q.dtype == torch.uint8 and zero_point == 0 and scale == pytest.approx(3.0 / int8.ROW_MAX)
     assert ((q.float() - zero_point) * scale - x).abs().max() <= scale / 2 + 1e-7
     x = torch.tensor([[-0.3, 0.0, 1.7]])
     q, scale, zero_point = int8._quantized_rows(x)
     assert q[0, 1] == zero_point and (q[0, 1].float() - zero_point) * scale == 0  # exact zero
     assert ((q.float() - zero_point) * scale - x).abs().max() <= scale / 2 + 1e-7
     q, scale, zero_point = int8._quantized_rows(torch.tensor([[-1.0, 0.0, 0.5]]))
-    assert zero_point == round(1.0 / scale) and q.tolist() == [[0, zero_point, 255]]
+    assert zero_point == round(1.0 / scale) and q.tolist() == [[0, zero_point, int8.ROW_MAX]]
     q, scale, zero_point = int8._quantized_rows(torch.zeros(2, 3))  # no range at all
     assert scale == 1.0 and zero_point == 0 and not q.any()
+
+
+def test_rows_keep_to_7_bits_where_the_cpu_sums_u8_x_s8_pairs_in_int16():
+    # Without VNNI a product of 8-bit rows saturates (see int8.ROW_MAX): the closeness test
+    # below fails there with 255.
+    expected = 255 if torch.cpu._is_vnni_supported() else 127
+    assert expected == int8.ROW_MAX
 
 
 def test_an_int8_product_is_close_to_the_float_one(every_product):

@@ -42,6 +42,12 @@ def test_scale_and_the_tiny_preset_peak():
     assert peak == pytest.approx(0.005)
 
 
+def test_tiny_searches_as_s6_1_says_but_with_alpha_1_0_chosen_on_dev():
+    from transduce.config import DecodeConfig
+
+    assert tiny().decode == DecodeConfig(alpha=1.0)
+
+
 def test_the_demo_preset_is_tiny_with_its_peak_at_update_200_no_dropout_and_alpha_1_4():
     from dataclasses import asdict
 

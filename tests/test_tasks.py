@@ -47,11 +47,11 @@ def test_prepare_records_the_task_and_old_folders_infer_it(tokenized_data, tmp_p
 
 
 def test_the_run_takes_its_task_vocabulary_and_decoding_from_the_data(tokenized_data):
-    config = resolve_config(tiny(), tokenized_data)
+    config = resolve_config(replace(tiny(), decode=DecodeConfig()), tokenized_data)
     assert config.task == TOKENIZED and config.model.vocab_size == tokenized_data.vocab.size
     assert config.decode == get_task(TOKENIZED).decode_defaults()
-    chosen = override(tiny(), {"decode.beam_size": "8"})
-    assert resolve_config(chosen, tokenized_data).decode == DecodeConfig(beam_size=8)
+    chosen = override(tiny(), {"decode.beam_size": "8"})  # tiny's own alpha 1.0 stays too
+    assert resolve_config(chosen, tokenized_data).decode == DecodeConfig(beam_size=8, alpha=1.0)
 
 
 def test_a_decoding_setting_changed_keeps_the_tasks_other_defaults(tokenized_data):
@@ -60,8 +60,9 @@ def test_a_decoding_setting_changed_keeps_the_tasks_other_defaults(tokenized_dat
     meta = dict(tokenized_data.meta) | {"task": asdict(TaskConfig(name="parse"))}
     parsing = PreparedData(Path("x"), meta, tokenized_data.vocab)
     defaults = get_task(parsing.task).decode_defaults()
-    assert resolve_config(tiny(), parsing).decode == defaults
-    chosen = override(tiny(), {"decode.alpha": "0.5", "decode.batch_size": "8"})
+    untouched = replace(tiny(), decode=DecodeConfig())
+    assert resolve_config(untouched, parsing).decode == defaults
+    chosen = override(untouched, {"decode.alpha": "0.5", "decode.batch_size": "8"})
     assert resolve_config(chosen, parsing).decode == replace(defaults, alpha=0.5, batch_size=8)
 
 

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Config, override, parse_assignments
+from ..config import Config, DecodeConfig, override, parse_assignments
 from ..data.dataset import PreparedData
 from ..decoding.translate import Translator
 from ..models import build_model, count_parameters
@@ -113,7 +113,9 @@ def _test_score(run_dir: Path, data: PreparedData, device: str | None) -> dict:
     split = "test" if "test" in data.splits else "dev"
     checkpoint, dev_nll = dev_chosen_checkpoint(run_dir, data, device)
     translator = Translator.load(run_dir, checkpoint, device=device)
-    score = translate_and_score(translator, data, split, run_dir)
+    # One search for both models, the task's: not a preset's own (`tiny`'s alpha 1.0, say).
+    search = get_task(data.task).decode_defaults()
+    score = translate_and_score(translator, data, split, run_dir, search)
     score |= {"checkpoint": checkpoint.name, "dev_nll": dev_nll}
     saved.write_text(json.dumps(score, indent=2))
     return score
@@ -135,11 +137,17 @@ def dev_chosen_checkpoint(
     return min(candidates, key=lambda path: nll[path.name]), nll
 
 
-def translate_and_score(translator: Translator, data: PreparedData, split: str, out: Path) -> dict:
-    """`split` translated with the translator's search, written to `out/{split}.hyp` and scored
-    by the task: `{"split", "score", "signature"}`."""
+def translate_and_score(
+    translator: Translator,
+    data: PreparedData,
+    split: str,
+    out: Path,
+    search: DecodeConfig | None = None,
+) -> dict:
+    """`split` translated with `search` (default: the translator's own), written to
+    `out/{split}.hyp` and scored by the task: `{"split", "score", "signature"}`."""
     text, task = data.text(split), get_task(data.task)
-    outputs = [hyps[0][0] for hyps in translator.translate(text.src)]
+    outputs = [hyps[0][0] for hyps in translator.translate(text.src, search)]
     (out / f"{split}.hyp").write_text("".join(o + "\n" for o in outputs), encoding="utf-8")
     result = task.score(outputs, task.references(data, split))
     return {"split": split, "score": result.score, "signature": result.signature}

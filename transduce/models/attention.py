@@ -84,9 +84,12 @@ class MultiHeadAttention(nn.Module):
         Without gradients (decoding) the three are one product with the weights stacked, kept
         while they are unchanged: at beam search's 4-256 rows one product of three times the
         width is 1.1-1.7x faster than three (benchmarks/SPEED.md). Training keeps the layers'
-        own products, whose gradients autograd takes apart.
+        own products, whose gradients autograd takes apart. So does a layer swapped for
+        another kind (torch.ao's quantized Linear, an adapter): stacking is only ours to do
+        where each layer's product is exactly `linear` of its weight and bias.
         """
-        if torch.is_grad_enabled():
+        layers = (self.w_q, self.w_k, self.w_v)
+        if torch.is_grad_enabled() or any(type(layer) is not Linear for layer in layers):
             return self.project_q(x), *self.project_kv(x)
         weight, bias = self._stacked_qkv()
         widths = [self.h * self.d_k, self.h * self.d_k, self.h * self.d_v]

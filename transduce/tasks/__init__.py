@@ -6,6 +6,7 @@ supplies its decoding defaults. Validation and the CLI ask the task, never the d
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Protocol
 
 from ..config import ConfigError, DecodeConfig, TaskConfig
@@ -56,4 +57,17 @@ def get_task(config: TaskConfig) -> Task:
     raise ConfigError(f"task.name {config.name!r} has no implementation")
 
 
-__all__ = ["Score", "Task", "get_task"]
+def decode_settings(task: TaskConfig, chosen: DecodeConfig) -> DecodeConfig:
+    """The task's decoding defaults (s6.1 for translation, s6.3 for parsing), with each setting
+    `chosen` moved off DecodeConfig's: `--set decode.alpha=0.5` on a parsing run keeps its beam
+    of 21 and +300 tokens."""
+    untouched = DecodeConfig()
+    changed = {
+        f.name: getattr(chosen, f.name)
+        for f in fields(DecodeConfig)
+        if getattr(chosen, f.name) != getattr(untouched, f.name)
+    }
+    return replace(get_task(task).decode_defaults(), **changed)
+
+
+__all__ = ["Score", "Task", "decode_settings", "get_task"]

@@ -16,19 +16,19 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from ..config import Config, DecodeConfig
+from ..config import Config
 from ..data.batching import Batch, TokenBatchSampler, collate
 from ..data.dataset import PreparedData
 from ..models import build_model, count_parameters
 from ..runtime import pick_device
-from ..tasks import get_task
+from ..tasks import decode_settings, get_task
 from . import distributed
 from .checkpoint import AVERAGE_FILE, CheckpointStore, average, save, steps_to_average
 from .compiled import compile_layers, compiles
@@ -81,27 +81,11 @@ def train(
 
 
 def resolve_config(config: Config, data: PreparedData) -> Config:
-    """The run's config: the vocabulary size and the task come from the prepared data.
-
-    Each decoding setting left at its default becomes the task's own (s6.1 for translation,
-    s6.3 for parsing); one the preset or the user changed stays, and the others still follow
-    the task (`--set decode.alpha=0.5` on a parsing run keeps its beam of 21 and +300 tokens).
-    """
-    task = data.task
-    decode = _decode_for_task(config.decode, get_task(task).decode_defaults())
+    """The run's config: the vocabulary size and the task come from the prepared data, and
+    each decoding setting left at its default becomes the task's (`tasks.decode_settings`)."""
     model = replace(config.model, vocab_size=data.vocab.size)
-    return replace(config, model=model, task=task, decode=decode)
-
-
-def _decode_for_task(chosen: DecodeConfig, task_defaults: DecodeConfig) -> DecodeConfig:
-    """The task's decoding defaults, with every field `chosen` moved off DecodeConfig's."""
-    untouched = DecodeConfig()
-    changed = {
-        f.name: getattr(chosen, f.name)
-        for f in fields(DecodeConfig)
-        if getattr(chosen, f.name) != getattr(untouched, f.name)
-    }
-    return replace(task_defaults, **changed)
+    decode = decode_settings(data.task, config.decode)
+    return replace(config, model=model, task=data.task, decode=decode)
 
 
 class Trainer:
