@@ -14,7 +14,7 @@ shift 3
 mkdir -p "$out"
 for alpha in "$@"; do
   transduce translate --model "$model" --input "$data/dev.src.txt" --output "$out/dev-$alpha.hyp" \
-    --alpha "$alpha" 2>/dev/null
+    --alpha "$alpha"
   echo "alpha $alpha: $(transduce evaluate --hyp "$out/dev-$alpha.hyp" \
     --ref "$data/dev.tgt.txt" --lowercase-tokenized | head -1)"
 done | tee "$out/dev-alphas.txt"
