@@ -16,7 +16,9 @@
 #
 # The base's schedule is shortened to the budget: tiny's peak rate, 0.005, comes at update
 # WARMUP instead of 2,000 (eq. 3 with train.lr_scale = 0.005 * sqrt(128 * WARMUP)), so the
-# last checkpoint is past the peak. Rows that change d_model change the peak with it, as eq. 3
+# last checkpoint is past the peak, and then falls as eq. 3 to the end: the table was run
+# before `tiny` cooled its rate to 0 (train.cooldown, session 15), and cooldown=0 keeps a
+# fresh clone's sweep the same as the runs kept below. Rows that change d_model change the peak with it, as eq. 3
 # does in the paper.
 #
 # JOBS runs train at once, each in a process of its own with the cores shared out (1 thread each
@@ -64,6 +66,7 @@ transduce prepare multi30k --src en --tgt de --variant tok --data-dir "$data_dir
   --vocab-size 10000 --out "$out/data"
 transduce sweep --data "$out/data" --base tiny --rows table3 --seeds "$seeds" \
   --one-seed-beyond 1.0 --steps "$steps" --jobs "$jobs" --out "$out" ${SWEEP_ARGS:-} \
-  --set train.warmup_steps="$warmup" train.lr_scale="$lr_scale" train.valid_every=250 ${SET:-} \
+  --set train.warmup_steps="$warmup" train.lr_scale="$lr_scale" train.valid_every=250 \
+  train.cooldown=0 ${SET:-} \
   2>&1 | tee -a "$out/sweep.log"
 kill "$saver" 2>/dev/null || true

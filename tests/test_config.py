@@ -40,6 +40,9 @@ def test_overrides_are_typed_and_unknown_keys_are_errors():
 def test_invalid_values_name_the_field():
     with pytest.raises(ConfigError, match=r"model\.dropout"):
         override(base(), {"model.dropout": "1.5"})
+    for name in ("attention_dropout", "relu_dropout"):
+        with pytest.raises(ConfigError, match=rf"model\.{name} must be in \[0, 1\)"):
+            override(base(), {f"model.{name}": "1.0"})
     with pytest.raises(ConfigError, match=r"train\.cooldown must be in \[0, 1\]"):
         override(base(), {"train.cooldown": "1.5"})
     with pytest.raises(ConfigError, match="unknown preset"):

@@ -295,3 +295,24 @@ def test_a_finished_run_is_kept_when_only_its_threads_change(data, tmp_path, mon
     smoothed = sweep_base("tiny", steps=4, assignments=[*quick, "train.label_smoothing=0.2"])
     sweep(data.path, tmp_path, smoothed, rows=["base"])  # what is learned: trained again
     assert trained == ["base-seed1", "base-seed1"]
+
+
+def test_the_sweep_scores_with_the_tasks_beam_search_and_knows_the_kept_table3_runs():
+    """A preset's own decoding choice (`tiny`'s alpha 1.0) stays out of Table 3's scoring, and a
+    fresh clone's `benchmarks/table3.sh` finds its kept runs finished rather than training the
+    whole table (~4.5 hours) again."""
+    from pathlib import Path
+
+    from transduce.config import Config, DecodeConfig, override
+
+    assert preset("tiny").decode.alpha == 1.0
+    assert sweep_base("tiny", steps=600).decode == DecodeConfig()  # beam 4, alpha 0.6
+    kept_dir = Path(__file__).parent.parent / "benchmarks/runs/table3-tiny"
+    table3_sh = [  # its --set, at the defaults STEPS=600 and WARMUP=200
+        "train.warmup_steps=200", "train.lr_scale=0.8", "train.valid_every=250", "train.cooldown=0"
+    ]  # fmt: skip
+    base = sweep_base("tiny", steps=600, assignments=table3_sh)
+    for row in ("base", "A1", "D1", "E1"):
+        kept = json.loads((kept_dir / f"{row}-seed1/sweep-result.json").read_text())
+        asked = override(row_config(base, row), {"train.seed": 1})  # as `sweep` asks
+        assert sweep_module._same_training(Config.from_dict(kept["config"]), asked), row

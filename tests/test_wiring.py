@@ -131,17 +131,21 @@ def _dropout_sites(model: nn.Module) -> dict[str, Dropout]:
     return {name: m for name, m in model.named_modules() if isinstance(m, Dropout)}
 
 
-def test_dropout_is_on_at_the_embeddings_and_every_sublayer_in_training_only(data, tmp_path):
-    trainer = _trainer(data, tmp_path / "run", **{"model.dropout": 0.3})
+def test_dropout_is_on_at_the_embeddings_every_sublayer_and_the_ffn_in_training_only(
+    data, tmp_path
+):
+    trainer = _trainer(data, tmp_path / "run", **{"model.dropout": 0.3, "model.relu_dropout": 0.2})
     sites = _dropout_sites(trainer.model)
     n_layers = trainer.config.model.n_layers
-    expected = {"src_embed.dropout", "tgt_embed.dropout"}
+    rates = {"src_embed.dropout": 0.3, "tgt_embed.dropout": 0.3}
     for i in range(n_layers):
-        expected |= {f"encoder_layers.{i}.{s}_residual.dropout" for s in ("self_attn", "ffn")}
-        expected |= {
-            f"decoder_layers.{i}.{s}_residual.dropout" for s in ("self_attn", "cross_attn", "ffn")
-        }
-    assert set(sites) == expected
+        for stack, sublayers in (
+            ("encoder", ("self_attn", "ffn")),
+            ("decoder", ("self_attn", "cross_attn", "ffn")),
+        ):
+            rates |= {f"{stack}_layers.{i}.{s}_residual.dropout": 0.3 for s in sublayers}
+            rates[f"{stack}_layers.{i}.ffn.dropout"] = 0.2  # on the ReLU units
+    assert set(sites) == set(rates)
     calls: dict[str, list[bool]] = {name: [] for name in sites}
 
     def hook(name):
@@ -158,8 +162,31 @@ def test_dropout_is_on_at_the_embeddings_and_every_sublayer_in_training_only(dat
     for name, seen in calls.items():
         training = [c for c in seen if c[0]]
         evaluation = [c for c in seen if not c[0]]
-        assert training and all(p == 0.3 and changed for _, p, changed in training), name
+        assert training and all(p == rates[name] and changed for _, p, changed in training), name
         assert evaluation and not any(changed for _, _, changed in evaluation), name
+
+
+def test_attention_dropout_reaches_every_attention_kernel_in_training_only(
+    data, tmp_path, monkeypatch
+):
+    import transduce.models.attention as attention_module
+
+    trainer = _trainer(data, tmp_path / "run", **{"model.attention_dropout": 0.25})
+    seen: list[tuple[bool, float]] = []
+    kernel = attention_module.F.scaled_dot_product_attention
+
+    def recording_kernel(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
+        seen.append((torch.is_grad_enabled(), dropout_p))
+        return kernel(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", recording_kernel)
+    trainer.run()
+    training = [p for grad, p in seen if grad]
+    evaluation = [p for grad, p in seen if not grad]
+    n_layers = trainer.config.model.n_layers
+    # each update: n_layers encoder self-, decoder self- and cross-attentions, all at 0.25
+    assert len(training) >= 12 * 3 * n_layers and set(training) == {0.25}
+    assert evaluation and set(evaluation) == {0.0}
 
 
 def test_train_step_descends_the_per_token_loss_of_the_whole_group_with_clipping():

@@ -45,6 +45,7 @@ class TransformerConfig:
     d_v: int = 64
     dropout: float = 0.1  # P_drop: residual and embedding dropout (s5.4)
     attention_dropout: float = 0.0  # on the attention weights; the paper uses none
+    relu_dropout: float = 0.0  # on the FFN's hidden ReLU units (tensor2tensor's); the paper: none
     positions: str = "sinusoidal"  # or "learned" (Table 3 row E)
     max_positions: int = 1024  # table size of learned positions; a limit on sentence length
     pre_norm: bool = False  # paper is post-norm: LayerNorm(x + Sublayer(x))
@@ -56,7 +57,7 @@ class TransformerConfig:
         _require(self.family == "transformer", "model.family of a TransformerConfig is transformer")
         for name in ("n_layers", "d_model", "d_ff", "h", "d_k", "d_v", "max_positions"):
             _require(getattr(self, name) > 0, f"model.{name} must be positive")
-        for name in ("dropout", "attention_dropout"):
+        for name in ("dropout", "attention_dropout", "relu_dropout"):
             _require(0.0 <= getattr(self, name) < 1.0, f"model.{name} must be in [0, 1)")
         _require(self.positions in POSITIONS, f"model.positions must be one of {POSITIONS}")
         _require(self.vocab_size >= 0, "model.vocab_size must be >= 0")

@@ -68,15 +68,16 @@ class Embeddings(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (eq. 2)."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (eq. 2), with optional dropout on the max(0, .) units."""
 
-    def __init__(self, d_model: int, d_ff: int):
+    def __init__(self, d_model: int, d_ff: int, relu_dropout: float = 0.0):
         super().__init__()
         self.w_1 = Linear(d_model, d_ff)
         self.w_2 = Linear(d_ff, d_model)
+        self.dropout = Dropout(relu_dropout)  # a no-op at rate 0, the paper's
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(torch.relu(self.w_1(x)))
+        return self.w_2(self.dropout(torch.relu(self.w_1(x))))
 
 
 class Residual(nn.Module):
@@ -109,7 +110,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = _attention(config)
         self.self_attn_residual = Residual(config.d_model, config.dropout, config.pre_norm)
-        self.ffn = FeedForward(config.d_model, config.d_ff)
+        self.ffn = FeedForward(config.d_model, config.d_ff, config.relu_dropout)
         self.ffn_residual = Residual(config.d_model, config.dropout, config.pre_norm)
 
     def forward(
@@ -131,7 +132,7 @@ class DecoderLayer(nn.Module):
         self.self_attn_residual = Residual(config.d_model, config.dropout, config.pre_norm)
         self.cross_attn = _attention(config)
         self.cross_attn_residual = Residual(config.d_model, config.dropout, config.pre_norm)
-        self.ffn = FeedForward(config.d_model, config.d_ff)
+        self.ffn = FeedForward(config.d_model, config.d_ff, config.relu_dropout)
         self.ffn_residual = Residual(config.d_model, config.dropout, config.pre_norm)
 
     def forward(
