@@ -8,11 +8,13 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
 
 from transduce.cli import main
+from transduce.config import Config, DecodeConfig, override
 from transduce.experiments import sweep as sweep_module
 from transduce.experiments.sweep import RunResult, sweep, sweep_base
 from transduce.experiments.table3 import ROW_NAMES, CannotScale, row_config
@@ -301,10 +303,6 @@ def test_the_sweep_scores_with_the_tasks_beam_search_and_knows_the_kept_table3_r
     """A preset's own decoding choice (`tiny`'s alpha 1.0) stays out of Table 3's scoring, and a
     fresh clone's `benchmarks/table3.sh` finds its kept runs finished rather than training the
     whole table (~4.5 hours) again."""
-    from pathlib import Path
-
-    from transduce.config import Config, DecodeConfig, override
-
     assert preset("tiny").decode.alpha == 1.0
     assert sweep_base("tiny", steps=600).decode == DecodeConfig()  # beam 4, alpha 0.6
     kept_dir = Path(__file__).parent.parent / "benchmarks/runs/table3-tiny"

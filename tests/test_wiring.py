@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+import transduce.models.attention as attention_module
 import transduce.training.step as step_module
 from transduce.config import override
 from transduce.data.corpus import LengthFilter
@@ -169,8 +170,6 @@ def test_dropout_is_on_at_the_embeddings_every_sublayer_and_the_ffn_in_training_
 def test_attention_dropout_reaches_every_attention_kernel_in_training_only(
     data, tmp_path, monkeypatch
 ):
-    import transduce.models.attention as attention_module
-
     trainer = _trainer(data, tmp_path / "run", **{"model.attention_dropout": 0.25})
     seen: list[tuple[bool, float]] = []
     kernel = attention_module.F.scaled_dot_product_attention
