@@ -59,6 +59,26 @@ def test_training_is_deterministic_and_loadable(tmp_path, vocab):
     assert Vocab.from_bytes(vocab.serialized).encode(["das feld"]) == vocab.encode(["das feld"])
 
 
+def test_bpe_dropout_gives_the_same_text_in_smaller_pieces(vocab):
+    lines = tokenized_lines(100, seed=2) + ODD_LINES
+    plain = vocab.encode(lines)
+    dropped = vocab.encode_with_dropout(lines, 0.3, seed=5)
+    assert vocab.decode(dropped) == lines  # the text, exactly, whatever its segmentation
+    assert all(4 <= i < vocab.size for seq in dropped for i in seq)  # pieces of the vocabulary
+    assert sum(map(len, dropped)) > sum(map(len, plain))  # merges were skipped
+    assert vocab.encode_with_dropout(lines, 0.3, seed=5) == dropped  # a seed gives one answer
+    assert vocab.encode_with_dropout(lines, 0.3, seed=6) != dropped
+
+
+def test_bpe_dropout_keeps_whole_tokens_whole(tmp_path):
+    trees = ["(S (NP the dog )NP (VP runs )VP )S", "(S (NP a man )NP )S"] * 20
+    parse = train_joint(trees, 40, tmp_path / "parse", whole_tokens=["(S", ")S", "(NP", ")NP"])
+    for seed in range(5):
+        [ids] = parse.encode_with_dropout(trees[:1], 0.5, seed=seed)
+        for token in ("(S", ")S", "(NP", ")NP"):
+            assert "\u2581" + token in parse.pieces(ids)
+
+
 def test_a_tiny_corpus_gives_a_smaller_vocabulary(tmp_path):
     small = train_joint(["a b", "b a"], 1000, tmp_path / "tiny")
     assert small.size < 1000

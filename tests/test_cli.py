@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from transduce.cli import main
+from transduce.cli.common import config_from
+from transduce.cli.main import _parser
 from transduce.config import override
 from transduce.models import count_parameters
 from transduce.models.transformer import Transformer
@@ -173,6 +175,20 @@ def test_bad_settings_are_named(toy_run):
         )
     with pytest.raises(SystemExit, match="unknown preset"):
         run("train", "--data", toy_run / "data", "--out", toy_run / "x", "--preset", "huge")
+
+
+def test_every_set_counts_when_set_is_given_more_than_once():
+    """`--set a=1 --set b=2` applies both (argparse's plain nargs kept only the last one)."""
+    parser = _parser()
+    train = ["train", "--data", "d", "--out", "o", "--preset", "tiny"]
+    args = parser.parse_args(
+        [*train, "--set", "data.max_tokens=2048", "--set", "train.valid_every=250", "train.seed=7"]
+    )
+    config = config_from(args)
+    assert (config.data.max_tokens, config.train.valid_every, config.train.seed) == (2048, 250, 7)
+    for verb in (["demo"], ["sweep"]):
+        args = parser.parse_args([*verb, "--set", "train.seed=7", "--set", "train.cooldown=0"])
+        assert args.set == ["train.seed=7", "train.cooldown=0"], verb
 
 
 def test_params_prints_the_count_on_its_last_line(capsys):

@@ -123,7 +123,7 @@ def test_the_trainer_trains_the_same_compiled_and_hands_the_step_the_fused_loss(
         config = override(toy_config(), {"train.compile": choice})
         trainer = Trainer(config, toy_data, tmp_path / choice, False, torch.device("cpu"))
         assert trainer.compiled == (choice == "on")
-        groups = [[b] for b in trainer.sampler.batches(0)[:3]]
+        groups = [[pairs] for pairs in list(trainer.epochs.batches(0))[:3]]
         losses[choice] = [trainer._update(group, rate=1e-3).loss for group in groups]
     assert fused_seen == [False] * 3 + [True] * 3
     assert losses["on"] == pytest.approx(losses["off"], rel=1e-4)

@@ -43,6 +43,9 @@ def test_invalid_values_name_the_field():
     for name in ("attention_dropout", "relu_dropout"):
         with pytest.raises(ConfigError, match=rf"model\.{name} must be in \[0, 1\)"):
             override(base(), {f"model.{name}": "1.0"})
+    for rate in ("1.0", "-0.1"):
+        with pytest.raises(ConfigError, match=r"data\.bpe_dropout must be in \[0, 1\)"):
+            override(base(), {"data.bpe_dropout": rate})
     with pytest.raises(ConfigError, match=r"train\.cooldown must be in \[0, 1\]"):
         override(base(), {"train.cooldown": "1.5"})
     with pytest.raises(ConfigError, match="unknown preset"):

@@ -166,7 +166,7 @@ def test_accumulating_two_batches_equals_one_merged_batch(toy_data, tmp_path):
     second = _trainer(config, toy_data, tmp_path / "b")
     for trainer in (first, second):  # keep the gradients: compare them, not Adam's steps
         trainer.optimizer.step = trainer.optimizer.zero_grad = lambda *args, **kwargs: None
-    a, b = first.sampler.batches(0)[:2]
+    a, b = list(first.epochs.batches(0))[:2]
     first._update([a, b], rate=1e-3)
     second._update([a + b], rate=1e-3)  # one batch, more padding: the same tokens and the same loss
     pairs = zip(first.model.named_parameters(), second.model.parameters(), strict=True)

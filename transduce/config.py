@@ -127,14 +127,19 @@ ModelConfig = TransformerConfig | RnnConfig  # the union of MODEL_FAMILIES' clas
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Batching (s5.1). The vocabulary and length filters are fixed earlier, by `prepare`."""
+    """Batching (s5.1), and BPE-dropout. The vocabulary and length filters are fixed earlier, by
+    `prepare`."""
 
     max_tokens: int = 25000  # per batch and per side, in subword tokens, padding counted (s5.1)
     bucket_width: int = 1  # sentences of similar length share a batch: lengths rounded to this
+    # BPE-dropout (Provilkov et al. 2020): the chance each merge is skipped when the training
+    # text is segmented afresh for each epoch (data/epochs.py); 0 = `prepare`'s segmentation.
+    bpe_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         _require(self.max_tokens > 0, "data.max_tokens must be positive")
         _require(self.bucket_width > 0, "data.bucket_width must be positive")
+        _require(0 <= self.bpe_dropout < 1, "data.bpe_dropout must be in [0, 1)")
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,13 @@ def add_config_arguments(p: argparse.ArgumentParser, default_preset: str | None)
         + (f" (default {default_preset})" if default_preset else ""),
     )
     p.add_argument("--config", type=Path, help="YAML of overrides: {train: {max_steps: 2000}}")
-    p.add_argument(
-        "--set",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="overrides such as train.warmup_steps=2000 model.pre_norm=true",
-    )
+    add_set_argument(p, "overrides such as train.warmup_steps=2000 model.pre_norm=true")
+
+
+def add_set_argument(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """--set KEY=VALUE ...; given more than once, every one counts (argparse's plain nargs
+    would keep only the last --set, silently dropping the earlier ones)."""
+    p.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE", help=help)
 
 
 def config_from(args: argparse.Namespace, flags: dict[str, object] | None = None):

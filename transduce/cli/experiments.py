@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import env_path
+from .common import add_set_argument, env_path
 
 
 def add_verbs(verbs) -> None:
@@ -38,7 +38,7 @@ def _add_demo(verbs) -> None:
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="de")
     p.add_argument("--variant", default="tok", choices=["raw", "tok"])
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    add_set_argument(p)
     p.add_argument("--device")
     p.set_defaults(run=_demo)
 
@@ -95,7 +95,7 @@ def _add_sweep(verbs) -> None:
         help="runs trained at once, each in a process of its own with train.threads threads",
     )
     p.add_argument("--out", type=Path, help="default runs/table3-BASE")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="onto the base")
+    add_set_argument(p, "onto the base")
     p.add_argument("--device")
     p.add_argument("--params-only", action="store_true", help="print parameter counts only")
     p.add_argument("--vocab-size", type=int, help="with --params-only: the vocabulary's size")

@@ -63,6 +63,20 @@ class Vocab:
     def encode(self, lines: list[str]) -> list[list[int]]:
         return self._sp.encode(list(lines), out_type=int)
 
+    def encode_with_dropout(self, lines: list[str], dropout: float, seed: int) -> list[list[int]]:
+        """BPE-dropout (Provilkov et al. 2020): each merge is skipped with probability
+        `dropout`, so a word may come out as smaller pieces of the vocabulary than `encode`
+        gives. The same lines, rate and seed give the same ids (one thread, seeded first)."""
+        spm.set_random_generator_seed(seed)
+        return self._sp.encode(
+            list(lines),
+            out_type=int,
+            enable_sampling=True,
+            alpha=dropout,  # for a BPE model, sentencepiece's alpha is the merge-dropout rate
+            nbest_size=-1,
+            num_threads=1,  # several threads would share the seeded generator in any order
+        )
+
     def decode(self, ids: Iterable[Iterable[int]]) -> list[str]:
         """Text for each id sequence; pad, bos and eos are dropped wherever they occur."""
         clean = [[int(i) for i in seq if int(i) not in self._specials] for seq in ids]

@@ -55,6 +55,21 @@ class EncodedSplit:
         except (OSError, KeyError, ValueError) as error:
             raise DataError(f"{path}: not an encoded split ({error})") from error
 
+    @classmethod
+    def from_sequences(
+        cls, src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], index: np.ndarray
+    ) -> EncodedSplit:
+        """A split of pair i = (src[i], tgt[i]), from line `index[i]` of the original files."""
+        if not len(src) == len(tgt) == len(index):
+            raise ValueError(f"{len(src)} sources, {len(tgt)} targets and {len(index)} lines")
+        src_ids, src_offsets = _flatten(src)
+        tgt_ids, tgt_offsets = _flatten(tgt)
+        index = np.asarray(index, dtype=np.int64)
+        return cls(src_ids, src_offsets, tgt_ids, tgt_offsets, index)
+
+    def save(self, path: Path) -> None:
+        np.savez(path, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
     def __len__(self) -> int:
         return len(self.index)
 
@@ -238,15 +253,16 @@ def _build(
 
 
 def _write_split(path: Path, src: list[list[int]], tgt: list[list[int]], keep: list[int]) -> None:
-    arrays = {"index": np.asarray(keep, dtype=np.int64)}
-    for side, seqs in (("src", src), ("tgt", tgt)):
-        chosen = [seqs[i] for i in keep]
-        offsets = np.zeros(len(chosen) + 1, dtype=np.int64)
-        np.cumsum([len(s) for s in chosen], out=offsets[1:])
-        flat = itertools.chain.from_iterable(chosen)
-        arrays[f"{side}_ids"] = np.fromiter(flat, dtype=np.int32, count=int(offsets[-1]))
-        arrays[f"{side}_offsets"] = offsets
-    np.savez(path, **arrays)
+    chosen_src, chosen_tgt = [src[i] for i in keep], [tgt[i] for i in keep]
+    EncodedSplit.from_sequences(chosen_src, chosen_tgt, np.asarray(keep)).save(path)
+
+
+def _flatten(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sequences as one flat int32 array and the n + 1 int64 offsets of their starts."""
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in seqs], out=offsets[1:])
+    flat = itertools.chain.from_iterable(seqs)
+    return np.fromiter(flat, dtype=np.int32, count=int(offsets[-1])), offsets
 
 
 def _write_text(folder: Path, name: str, text: ParallelText) -> None:

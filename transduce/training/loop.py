@@ -24,8 +24,9 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..config import Config
-from ..data.batching import Batch, TokenBatchSampler, collate
+from ..data.batching import Batch, collate
 from ..data.dataset import PreparedData
+from ..data.epochs import Pairs, TrainingEpochs
 from ..models import build_model, count_parameters
 from ..runtime import pick_device
 from ..tasks import decode_settings, get_task
@@ -112,7 +113,7 @@ class Trainer:
             compiles(self.config.train.compile, device) and compile_layers(self.model) > 0
         )
         self.schedule = make_schedule(self.config)
-        self.sampler = self._build_sampler()
+        self.epochs = self._build_epochs()
         self.store = CheckpointStore(run_dir, self.config.train.keep_last)
         self.progress = Progress(world=self.processes.world)
         self._consecutive_bad = 0
@@ -143,23 +144,23 @@ class Trainer:
         optimizer = make_optimizer(model.parameters(), train, fused=self.device.type == "cuda")
         return model, network, optimizer
 
-    def _build_sampler(self) -> TokenBatchSampler:
-        split = self.data.split("train")
-        sampler = TokenBatchSampler(
-            split.src_lengths,
-            split.tgt_lengths,
-            max_tokens=self.config.data.max_tokens,
-            bucket_width=self.config.data.bucket_width,
+    def _build_epochs(self) -> TrainingEpochs:
+        split, data, processes = self.data.split("train"), self.config.data, self.processes
+        epochs = TrainingEpochs(
+            split,
+            self.vocab,
+            data,
             seed=self.config.train.seed,
+            rank=processes.rank,
+            world=processes.world,
         )
-        sampler = sampler.shard(self.processes.rank, self.processes.world)
-        if sampler.num_batches(0) == 0:  # else the loop would wait forever for a batch
+        if epochs.num_batches(0) == 0:  # else the loop would wait forever for a batch
             raise TrainingError(
-                f"no training batch: {sampler.n_skipped} of {len(split)} pairs exceed "
-                f"data.max_tokens={self.config.data.max_tokens}, and {self.processes.world} "
+                f"no training batch: {epochs.sampler(0).n_skipped} of {len(split)} pairs exceed "
+                f"data.max_tokens={data.max_tokens}, and {processes.world} "
                 "process(es) need a batch each; raise data.max_tokens"
             )
-        return sampler
+        return epochs
 
     def _restore(self) -> None:
         state = self.store.load_latest()
@@ -226,15 +227,15 @@ class Trainer:
         self.log.close()
         return self._average()
 
-    def _update_groups(self) -> Iterator[list[list[int]]]:
+    def _update_groups(self) -> Iterator[list[Pairs]]:
         """Groups of `accumulate` batches, epoch after epoch, from where the run stands."""
-        group: list[list[int]] = []
+        group: list[Pairs] = []
         max_epochs = self.config.train.max_epochs
         while not (max_epochs and self.progress.epoch >= max_epochs):
             epoch = self.progress.epoch
-            for indices in self.sampler.iterate(epoch, self.progress.batch_in_epoch):
+            for pairs in self.epochs.batches(epoch, self.progress.batch_in_epoch):
                 self.progress.batch_in_epoch += 1
-                group.append(indices)
+                group.append(pairs)
                 if len(group) == self.config.train.accumulate:
                     yield group
                     group = []
@@ -245,10 +246,10 @@ class Trainer:
         rate = self.schedule.rate(self.progress.step + 1)
         return rate * cooldown_factor(used, self.config.train.cooldown)
 
-    def _update(self, group: list[list[int]], rate: float) -> StepResult:
+    def _update(self, group: list[Pairs], rate: float) -> StepResult:
         """One update over a group of batches; gives up after too many non-finite losses."""
-        split, train = self.data.split("train"), self.config.train
-        batches = [self._collate(split.pairs(indices)) for indices in group]
+        train = self.config.train
+        batches = [self._collate(pairs) for pairs in group]
         with _explain_out_of_memory(self.config):
             result = train_step(
                 self.network,
@@ -292,7 +293,7 @@ class Trainer:
     def _epoch_fraction(self) -> float:
         epoch = self.progress.epoch
         if self._epoch_batches[0] != epoch:
-            self._epoch_batches = (epoch, self.sampler.num_batches(epoch))
+            self._epoch_batches = (epoch, self.epochs.num_batches(epoch))
         return self.progress.batch_in_epoch / max(self._epoch_batches[1], 1)
 
     def _collate(self, pairs) -> Batch:

@@ -1,0 +1,147 @@
+"""BPE-dropout: each epoch sees the training text segmented afresh, the same for the same seed
+and epoch, and the training loop trains on that and resumes through it (data/epochs.py)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from transduce.config import DataConfig
+from transduce.data.batching import TokenBatchSampler
+from transduce.data.corpus import LengthFilter
+from transduce.data.dataset import PreparedData, prepare
+from transduce.data.epochs import TrainingEpochs
+from transduce.training import loop as loop_module
+from transduce.training.checkpoint import CheckpointStore, load
+from transduce.training.loop import Trainer
+
+from .conftest import TOY_WORDS, write_lines
+from .test_train import toy_config
+
+
+@pytest.fixture(scope="module")
+def words_data(tmp_path_factory) -> PreparedData:
+    """200 pairs of TOY_WORDS sentences (the target reversed) under a 60-piece BPE, in which
+    most words are several merges deep, so dropping merges shows."""
+    folder = tmp_path_factory.mktemp("words")
+    rng = random.Random(0)
+    splits = {}
+    for name, n in (("train", 200), ("dev", 6), ("test", 6)):
+        src = [" ".join(rng.choices(TOY_WORDS, k=rng.randint(2, 6))) for _ in range(n)]
+        tgt = [" ".join(reversed(line.split())) for line in src]
+        splits[name] = (
+            write_lines(folder / f"{name}.src", src),
+            write_lines(folder / f"{name}.tgt", tgt),
+        )
+    return prepare(
+        splits, folder / "data", vocab_size=60, length_filter=LengthFilter(), description={}
+    )
+
+
+def _epochs(data: PreparedData, dropout: float, seed: int = 0) -> TrainingEpochs:
+    batching = DataConfig(max_tokens=200, bpe_dropout=dropout)
+    return TrainingEpochs(data.split("train"), data.vocab, batching, seed=seed)
+
+
+def _ids(split, i):
+    return tuple(tuple(side.tolist()) for side in split.pair(i))
+
+
+def test_without_dropout_every_epoch_is_prepares_segmentation(words_data):
+    epochs, train = _epochs(words_data, 0.0), words_data.split("train")
+    assert epochs.split(0) is train and epochs.split(3) is train
+    sampler = TokenBatchSampler(train.src_lengths, train.tgt_lengths, max_tokens=200, seed=0)
+    for epoch in (0, 1):
+        expected = [train.pairs(indices) for indices in sampler.batches(epoch)]
+        got = list(epochs.batches(epoch))
+        assert [[_flat(p) for p in batch] for batch in got] == [
+            [_flat(p) for p in batch] for batch in expected
+        ]
+
+
+def _flat(pair):
+    return tuple(pair[0].tolist()), tuple(pair[1].tolist())
+
+
+def test_each_epoch_is_the_same_text_in_new_pieces(words_data):
+    epochs, train, vocab = _epochs(words_data, 0.2), words_data.split("train"), words_data.vocab
+    first, second = epochs.split(0), epochs.split(1)
+    for split in (first, second):
+        assert np.array_equal(split.index, train.index)
+        for side in (0, 1):  # pair i is still pair i, as text
+            texts = vocab.decode(split.pair(i)[side] for i in range(len(split)))
+            assert texts == vocab.decode(train.pair(i)[side] for i in range(len(train)))
+        assert len(split.src_ids) > len(train.src_ids) and len(split.tgt_ids) > len(train.tgt_ids)
+    assert [_ids(first, i) for i in range(len(first))] != [_ids(second, i) for i in range(200)]
+    # the batches cut this epoch's lengths: every pair once, each within the budget
+    batches = epochs.sampler(1).batches(1)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(second)))
+    for batch in batches:
+        assert len(batch) * (second.tgt_lengths[batch].max() + 1) <= 200
+
+
+def test_an_epoch_is_a_pure_function_of_seed_and_epoch(words_data):
+    walked = _epochs(words_data, 0.2)
+    for epoch in range(3):  # walked through in order, as a run does
+        walked.split(epoch)
+    jumped = _epochs(words_data, 0.2).split(2)  # straight to epoch 2, as a resumed run does
+    assert [_ids(jumped, i) for i in range(200)] == [_ids(walked.split(2), i) for i in range(200)]
+    other = _epochs(words_data, 0.2, seed=1).split(2)
+    assert [_ids(other, i) for i in range(200)] != [_ids(jumped, i) for i in range(200)]
+
+
+# --- the training loop's wiring ------------------------------------------------------------
+
+WORDS_RUN = {"data.max_tokens": 400, "train.valid_every": 10, "train.valid_bleu": False}
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_the_loop_trains_on_each_epochs_segmentation(words_data, tmp_path, monkeypatch, dropout):
+    """What train_step is handed: the training text, in `prepare`'s pieces without BPE-dropout
+    and in other pieces with it."""
+    handed = []
+    real = loop_module.train_step
+
+    def recording(network, optimizer, batches, **kwargs):
+        handed.extend(batches)
+        return real(network, optimizer, batches, **kwargs)
+
+    monkeypatch.setattr(loop_module, "train_step", recording)
+    config = toy_config(**WORDS_RUN, **{"data.bpe_dropout": dropout, "train.max_steps": 24})
+    Trainer(config, words_data, tmp_path / "run", False, torch.device("cpu")).run()
+    vocab = words_data.vocab
+    text = set(vocab.decode(words_data.split("train").pair(i)[1] for i in range(200)))
+    rows = [row[row != vocab.pad].tolist()[:-1] for b in handed for row in b.tgt_out]  # no eos
+    assert len(rows) > 200  # more than one epoch
+    assert set(vocab.decode(rows)) <= text
+    as_prepared = sum(row == vocab.encode(vocab.decode([row]))[0] for row in rows)
+    if dropout == 0:
+        assert as_prepared == len(rows)
+    else:
+        assert as_prepared < 0.8 * len(rows)
+
+
+def test_a_resumed_run_with_bpe_dropout_ends_where_an_uninterrupted_one_does(words_data, tmp_path):
+    """Stopped in the middle of the third epoch, resumed: the epochs from there on must be
+    segmented as they would have been, not by whatever state the new process has."""
+    settings = WORDS_RUN | {"data.bpe_dropout": 0.2}
+    config = toy_config(**settings)
+    train, seed = words_data.split("train"), config.train.seed
+    epochs = TrainingEpochs(train, words_data.vocab, config.data, seed=seed)
+    stop = epochs.num_batches(0) + epochs.num_batches(1) + 2
+    end = stop + epochs.num_batches(2)  # into the fourth epoch
+    cpu, total = torch.device("cpu"), {"train.max_steps": end}
+    Trainer(toy_config(**settings | total), words_data, tmp_path / "straight", False, cpu).run()
+    stopped = toy_config(**settings | {"train.max_steps": stop})
+    Trainer(stopped, words_data, tmp_path / "stopped", False, cpu).run()
+    resumed = Trainer(toy_config(**settings | total), words_data, tmp_path / "stopped", True, cpu)
+    assert (resumed.progress.epoch, resumed.progress.batch_in_epoch) == (2, 2)
+    resumed.run()
+    straight = load(CheckpointStore(tmp_path / "straight", 3).path(end))
+    again = load(CheckpointStore(tmp_path / "stopped", 3).path(end))
+    assert straight["progress"]["epoch"] == 3
+    for name, tensor in straight["model"].items():
+        assert torch.equal(tensor, again["model"][name]), name

@@ -1,0 +1,104 @@
+"""What each training epoch sees: the training pairs as subword ids, and their batches.
+
+With `data.bpe_dropout` at 0, every epoch sees `prepare`'s one segmentation and only the order of
+the batches changes. Above 0, the training text is segmented afresh for each epoch with
+BPE-dropout (Provilkov et al. 2020, "BPE-Dropout: Simple and Effective Subword Regularization"):
+each merge is skipped with that probability, so the model meets a word both as its own piece and
+as the smaller pieces inside it, and learns how pieces compose. Dev, test and translation keep the
+one deterministic segmentation, as in that paper.
+
+Epoch e's segmentation, like its batches, is a pure function of (seed, e): a resumed run sees the
+data an uninterrupted run would, and every training process sees the same pairs before taking
+its share of the batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..config import DataConfig
+from .batching import TokenBatchSampler
+from .bpe import Vocab
+from .dataset import EncodedSplit
+
+Pairs = list[tuple[np.ndarray, np.ndarray]]  # one batch's (x, y) id pairs, for `collate`
+
+
+class TrainingEpochs:
+    """The train split and its batches for each epoch, resegmented when `data.bpe_dropout` > 0.
+
+    Batches follow `data` (budget, bucket width) and `seed`; `rank` of `world` processes takes
+    its share of them (TokenBatchSampler.shard).
+    """
+
+    def __init__(
+        self,
+        split: EncodedSplit,
+        vocab: Vocab,
+        data: DataConfig,
+        *,
+        seed: int,
+        rank: int = 0,
+        world: int = 1,
+    ) -> None:
+        self._split, self._vocab, self._data, self._seed = split, vocab, data, seed
+        self._shard = (rank, world)
+        self.dropout = data.bpe_dropout
+        self._fixed = self._sampler_for(split) if self.dropout == 0 else None
+        self._text: tuple[list[str], list[str]] | None = None
+        self._current: tuple[int, EncodedSplit, TokenBatchSampler] | None = None
+
+    def split(self, epoch: int) -> EncodedSplit:
+        return self._epoch(epoch)[0]
+
+    def sampler(self, epoch: int) -> TokenBatchSampler:
+        return self._epoch(epoch)[1]
+
+    def num_batches(self, epoch: int) -> int:
+        return self.sampler(epoch).num_batches(epoch)
+
+    def batches(self, epoch: int, start: int = 0) -> Iterator[Pairs]:
+        """The pairs of each of `epoch`'s batches from batch number `start` on (to resume)."""
+        split, sampler = self._epoch(epoch)
+        for indices in sampler.iterate(epoch, start):
+            yield split.pairs(indices)
+
+    def _epoch(self, epoch: int) -> tuple[EncodedSplit, TokenBatchSampler]:
+        if self._fixed is not None:
+            return self._split, self._fixed
+        if self._current is None or self._current[0] != epoch:
+            # One epoch is held; batches already handed out keep their own arrays.
+            split = self._resegment(epoch)
+            self._current = (epoch, split, self._sampler_for(split))
+        return self._current[1], self._current[2]
+
+    def _sampler_for(self, split: EncodedSplit) -> TokenBatchSampler:
+        sampler = TokenBatchSampler(
+            split.src_lengths,
+            split.tgt_lengths,
+            max_tokens=self._data.max_tokens,
+            bucket_width=self._data.bucket_width,
+            seed=self._seed,
+        )
+        return sampler.shard(*self._shard)
+
+    def _resegment(self, epoch: int) -> EncodedSplit:
+        src_text, tgt_text = self._training_text()
+        # One seed per (run seed, epoch, side), so the two sides drop different merges.
+        src_seed, tgt_seed = np.random.SeedSequence([self._seed, epoch]).generate_state(2)
+        src = self._vocab.encode_with_dropout(src_text, self.dropout, int(src_seed))
+        tgt = self._vocab.encode_with_dropout(tgt_text, self.dropout, int(tgt_seed))
+        return EncodedSplit.from_sequences(src, tgt, self._split.index)
+
+    def _training_text(self) -> tuple[list[str], list[str]]:
+        """The training text, recovered from its ids: `prepare` keeps no copy of it, and its
+        segmentation gives the text back exactly (bpe.train_joint keeps every character)."""
+        if self._text is None:
+            split = self._split
+            pairs = [split.pair(i) for i in range(len(split))]
+            src = self._vocab.decode(x for x, _ in pairs)
+            tgt = self._vocab.decode(y for _, y in pairs)
+            self._text = (src, tgt)
+        return self._text
