@@ -23,15 +23,14 @@ import json
 import sys
 import tempfile
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
 from transduce.config import override
 from transduce.data.dataset import PreparedData
-from transduce.models import count_parameters
+from transduce.models import attention, count_parameters
 from transduce.presets import preset
 from transduce.training.loop import Trainer
 
@@ -72,9 +71,12 @@ SDPA_BACKENDS = {
 }
 
 
-def attention_kernel(name: str | None):
-    """PyTorch's own choice of fused attention kernel, or the one named."""
-    return sdpa_kernel([SDPA_BACKENDS[name]]) if name in SDPA_BACKENDS else nullcontext()
+def choose_attention_kernel(name: str | None) -> None:
+    """The model's own choice of fused attention kernels on a GPU (all but cuDNN's), or the one
+    named. Set in the model's code rather than around the call, so that the compiled layers
+    trace it (an `sdpa_kernel` around them would be overridden by the model's own)."""
+    if name in SDPA_BACKENDS:
+        attention.GPU_KERNELS = [SDPA_BACKENDS[name]]
 
 
 def forward_flops(model, src_lengths, tgt_lengths) -> float:
@@ -116,15 +118,18 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as run:
         trainer = Trainer(config, data, Path(run), resume=False, device=device)
-        batches = trainer.sampler.batches(0)  # repeated if the epoch is shorter than asked
+        batches = trainer.epochs.sampler(0).batches(0)  # repeated if the epoch is shorter
         groups = [[batches[i % len(batches)]] for i in range(args.updates)]
+        if args.seen_shapes:  # the timed updates repeat the warm-up's batches
+            groups = groups[: args.warmup] + groups[: args.updates - args.warmup]
         split = trainer.data.split("train")
         collate_start = time.perf_counter()
         for (indices,) in groups:
-            trainer._collate(split.pairs(indices))
+            trainer._collate(split.pairs(indices))  # the host's share, timed on its own
         synchronize()
         collate_seconds = time.perf_counter() - collate_start
         group_flops = [update_flops(trainer.model, split, g) for g in groups]  # before the clock
+        groups = [[split.pairs(indices) for indices in group] for group in groups]
         tokens, flops, start = 0, 0.0, 0.0
         warm_start = time.perf_counter()
         for i, group in enumerate(groups):
@@ -134,10 +139,15 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
                 tokens, flops, start = 0, 0.0, time.perf_counter()
             tokens += trainer._update(group, rate=1e-4).tgt_tokens
             flops += group_flops[i]
+            if args.sync_each_update:  # the host waits for the GPU's queue to drain, as the
+                synchronize()  # update did before session 23 (counted tokens on the GPU)
         synchronize()
         seconds = time.perf_counter() - start
         if args.profile:
             profile(trainer, groups[: args.warmup][-5:])
+        if args.profile_fresh:  # batches of shapes not seen yet (the next of the epoch)
+            fresh = batches[args.updates : args.updates + 5]
+            profile(trainer, [[split.pairs(indices)] for indices in fresh])
         parameters = count_parameters(trainer.model)
     timed = len(groups) - args.warmup
     return {
@@ -146,6 +156,8 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         "sdpa_backend": args.sdpa or "default",
         "compile": compile,
         "compiled": trainer.compiled,
+        "sync_each_update": args.sync_each_update,
+        "seen_shapes": args.seen_shapes,
         "warmup_seconds": warmup_seconds,
         "parameters": parameters,
         "updates_timed": timed,
@@ -185,6 +197,13 @@ def main() -> None:
     parser.add_argument("--compile", nargs="+", default=["auto"], choices=["auto", "on", "off"])
     parser.add_argument("--sdpa", choices=["default", *SDPA_BACKENDS])
     parser.add_argument("--profile", action="store_true", help="print the top operators")
+    parser.add_argument("--profile-fresh", action="store_true", help="the same, on new shapes")
+    parser.add_argument(
+        "--sync-each-update", action="store_true", help="drain the GPU's queue after each update"
+    )
+    parser.add_argument(
+        "--seen-shapes", action="store_true", help="time batches of shapes seen in the warm-up"
+    )
     args = parser.parse_args()
     scratch = tempfile.TemporaryDirectory()
     prepared = args.prepared or synthesize(Path(scratch.name) / "wmt", pairs=100_000)
@@ -192,12 +211,12 @@ def main() -> None:
     on_gpu = torch.cuda.is_available()
     matmul = measured_matmul_tflops() if on_gpu else float("nan")
     datasheet = datasheet_tflops() if on_gpu else None
+    choose_attention_kernel(args.sdpa)
     rows = []
     for name in args.presets:
         for precision, compile in itertools.product(args.precisions, args.compile):
             try:
-                with attention_kernel(args.sdpa):
-                    row = measure(data, name, precision, compile, args)
+                row = measure(data, name, precision, compile, args)
             except Exception as error:  # one failing setting (a compile error) spares the rest
                 print(f"{name} {precision} compile={compile}: {error!r}", flush=True)
                 continue
@@ -223,6 +242,7 @@ def main() -> None:
     for r in rows:
         print(
             f"{r['preset']:5s} {r['precision']:13s} compiled={r['compiled']!s:5s} "
+            f"sync={r['sync_each_update']!s:5s} seen={r['seen_shapes']!s:5s} "
             f"{r['target_tokens_per_s']:>9,} tgt tok/s  "
             f"{r['model_tflops']:6.1f} TFLOP/s  MFU {r['mfu_datasheet'] or 0:.1%} "
             f"({r['mfu_measured_matmul']:.1%} of measured; "

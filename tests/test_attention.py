@@ -1,8 +1,12 @@
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transduce.models import attention
 from transduce.models.attention import MultiHeadAttention, attention_reference, causal_mask
+
+from .conftest import tiny_model
 
 
 def _qkv(seed=0, b=2, h=2, tq=3, tk=4, d_k=5, d_v=3):
@@ -153,3 +157,44 @@ def test_self_attention_projects_apart_when_training_so_each_layer_gets_its_grad
     assert attention._stacked is None  # no stacked copy made for training
     for layer in (attention.w_q, attention.w_k, attention.w_v, attention.w_o):
         assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+
+
+def test_on_a_gpu_attention_never_takes_cudnns_kernel(monkeypatch):
+    """cuDNN's fused attention builds a plan for each new input shape (~6 ms a call, SPEED.md):
+    on a GPU the fused call may take flash, memory-efficient or math attention, not cuDNN's; on a
+    CPU nothing is restricted; the choice holds only inside, and each fused call of every
+    attention (encoder, decoder self- and cross-) is made inside it."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    backends = torch.backends.cuda
+    assert backends.cudnn_sdp_enabled()  # PyTorch's default, restored below
+    with attention.fused_kernels(cuda):
+        assert not backends.cudnn_sdp_enabled()
+        assert backends.flash_sdp_enabled() and backends.mem_efficient_sdp_enabled()
+    with attention.fused_kernels(cpu):
+        assert backends.cudnn_sdp_enabled()
+    assert backends.cudnn_sdp_enabled()
+
+    cudnn_allowed, fused, choose = [], F.scaled_dot_product_attention, attention.fused_kernels
+
+    def recording(*args, **kwargs):
+        cudnn_allowed.append(backends.cudnn_sdp_enabled())
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "fused_kernels", lambda device: choose(cuda))  # as on a GPU
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    model = tiny_model().train()
+    model(torch.tensor([[4, 5, 6, 3]]), torch.tensor([[2, 7, 8]]))
+    n_layers = model.config.n_layers
+    assert cudnn_allowed == [False] * (3 * n_layers)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_training_step_on_a_gpu_runs_no_cudnn_attention():
+    model = tiny_model(dtype=torch.float32).train().cuda()
+    src = torch.tensor([[4, 5, 6, 3], [7, 3, 0, 0]], device="cuda")
+    tgt = torch.tensor([[2, 7, 8], [2, 9, 0]], device="cuda")
+    with torch.profiler.profile() as profile, torch.autocast("cuda", dtype=torch.bfloat16):
+        model(src, tgt).float().sum().backward()
+    names = {event.name for event in profile.events()}
+    assert any("attention" in name for name in names)
+    assert not any("cudnn_attention" in name for name in names)

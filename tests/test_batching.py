@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -37,6 +38,17 @@ def test_collate_shapes_eos_bos_and_shift():
         assert (batch.tgt_in[b, n:] == PAD).all() and (batch.tgt_out[b, n:] == PAD).all()
     assert batch.n_src_tokens == 3 + 1 + 1 + 1 + 1 == 7
     assert batch.n_tgt_tokens == 3 + 5 + 1 == 9 and len(batch) == 3
+
+
+def test_token_counts_are_known_before_the_batch_moves_and_travel_with_it():
+    """collate counts from the lengths, so that a GPU batch is never counted on the GPU (the
+    host would wait for the GPU's queue); the counts equal counting the tensors."""
+    pairs = [([5, 6, 7], [8, 9]), ([10], [11, 12, 13, 14]), ([], [])]
+    batch = collate(pairs, vocab_pad=PAD, bos=BOS, eos=EOS)
+    counted = Batch(batch.src, batch.tgt_in, batch.tgt_out, PAD)  # no counts: from the tensors
+    assert batch.counts == (counted.n_src_tokens, counted.n_tgt_tokens) == (7, 9)
+    moved = batch.to("cpu")
+    assert moved.counts == (7, 9) and moved.n_tgt_tokens == 9
 
 
 def test_collate_takes_numpy_and_moves_devices():
@@ -126,3 +138,18 @@ def test_too_long_examples_are_skipped_and_logged_once(caplog):
     assert sampler.n_skipped == 2
     assert caplog.text.count("skipping 2 of 3") == 1
     assert [i for b in sampler.batches(0) for i in b] == [0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_moving_a_batch_to_a_gpu_does_not_wait_for_the_gpu():
+    """The copy is queued behind the GPU's work instead of waiting for it: with half a second
+    of work queued, moving a batch returns at once (from pageable memory it waited)."""
+    batch = collate([([4, 5, 6], [7, 8]), ([9], [10, 11, 4])] * 100)
+    batch.to("cuda")  # the pinned allocator's first block
+    torch.cuda.synchronize()
+    torch.cuda._sleep(1_000_000_000)  # ~0.5 s of GPU clock cycles
+    start = time.perf_counter()
+    moved = batch.to("cuda")
+    queued = time.perf_counter() - start
+    torch.cuda.synchronize()
+    assert queued < 0.1 and torch.equal(moved.src.cpu(), batch.src)

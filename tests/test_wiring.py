@@ -226,3 +226,58 @@ def test_train_step_descends_the_per_token_loss_of_the_whole_group_with_clipping
     assert not skipped.finite
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.detach(), after_nan[name], equal_nan=True, msg=name)
+
+
+def test_train_step_reads_the_loss_only_once_every_backward_is_queued(monkeypatch):
+    """A GPU keeps working while the host waits for the loss: `train_step` reads the forwards'
+    sums after the group's last backward, not after each forward (which on a GPU would leave it
+    idle while the host queues the next batch), and the sums read are the forwards' own."""
+    from transduce.data.batching import collate
+    from transduce.training import step
+    from transduce.training.loss import label_smoothed_loss
+
+    from .conftest import BOS, EOS, PAD, tiny_model
+
+    model = tiny_model(5)
+    pairs = [([4, 5, 6], [7, 8]), ([9], [10, 11, 4, 5]), ([6, 6], [8])]
+    batches = [collate(pairs[:2], PAD, BOS, EOS), collate(pairs[2:], PAD, BOS, EOS)]
+    with torch.no_grad():
+        expected = sum(
+            float(label_smoothed_loss(model(b.src, b.tgt_in), b.tgt_out, 0.1, PAD).loss)
+            for b in batches
+        )
+    events = []
+    model.src_embed.tokens.weight.register_hook(lambda grad: events.append("backward"))
+    read = step._HostReading.values
+    monkeypatch.setattr(
+        step._HostReading, "values", lambda self: events.append("read") or read(self)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    result = step.train_step(model, optimizer, batches, rate=0.0, label_smoothing=0.1, pad=PAD)
+    assert events == ["backward", "backward", "read", "read"]
+    n_tokens = sum(b.n_tgt_tokens for b in batches)
+    assert result.loss == pytest.approx(expected / n_tokens)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_an_update_on_a_gpu_never_waits_for_the_gpu_queue_to_drain():
+    """On a GPU the only wait of an update is for the forwards' sums (a CUDA event), never a
+    synchronising copy or `.item()` (torch's sync debug mode raises on those)."""
+    from transduce.data.batching import collate
+    from transduce.training.step import train_step
+
+    from .conftest import BOS, EOS, PAD, tiny_model
+
+    model = tiny_model(5).cuda()
+    pairs = [([4, 5, 6], [7, 8]), ([9], [10, 11, 4, 5]), ([6, 6], [8])]
+    batches = [collate(pairs, PAD, BOS, EOS).to("cuda")]
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    train_step(model, optimizer, batches, rate=1e-3, label_smoothing=0.1, pad=PAD)  # warm
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        result = train_step(
+            model, optimizer, batches, rate=1e-3, label_smoothing=0.1, pad=PAD, clip_norm=1.0
+        )
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert result.finite and result.tgt_tokens == batches[0].n_tgt_tokens

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -26,25 +26,40 @@ class Batch:
     tgt_in: torch.Tensor  # (B, T) long; the decoder's input, shifted right by one (s3.1)
     tgt_out: torch.Tensor  # (B, T) long; what the decoder must predict at each position
     pad: int = 0
+    # (source, target) non-pad token counts, known before the batch goes to a GPU: counting
+    # there would make the host wait for the GPU's queue to drain at every update
+    counts: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return self.src.shape[0]
 
     @property
     def n_src_tokens(self) -> int:
-        return int((self.src != self.pad).sum())
+        return self._counts()[0]
 
     @property
     def n_tgt_tokens(self) -> int:
-        return int((self.tgt_out != self.pad).sum())
+        return self._counts()[1]
+
+    def _counts(self) -> tuple[int, int]:
+        if self.counts is None:
+            self.counts = (int((self.src != self.pad).sum()), int((self.tgt_out != self.pad).sum()))
+        return self.counts
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(
-            self.src.to(device, non_blocking=True),
-            self.tgt_in.to(device, non_blocking=True),
-            self.tgt_out.to(device, non_blocking=True),
-            self.pad,
-        )
+        """The batch on `device`. To a GPU the tensors go through pinned memory: a copy from
+        ordinary (pageable) memory makes the host wait until the GPU has done all the work
+        queued before it, a whole update of `big`'s (SPEED.md, GPU); from pinned memory it
+        is queued like any kernel."""
+        pinned = torch.device(device).type == "cuda"
+
+        def moved(tensor: torch.Tensor) -> torch.Tensor:
+            if pinned and tensor.device.type == "cpu":
+                tensor = tensor.pin_memory()
+            return tensor.to(device, non_blocking=True)
+
+        counts = self._counts()
+        return Batch(moved(self.src), moved(self.tgt_in), moved(self.tgt_out), self.pad, counts)
 
 
 def collate(
@@ -67,7 +82,8 @@ def collate(
         tgt_in[b, 0], tgt_in[b, 1 : len(y) + 1] = bos, y
         tgt_out[b, : len(y)], tgt_out[b, len(y)] = y, eos
     tensors = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
-    return Batch(*tensors, pad=vocab_pad)
+    counts = (sum(len(x) for x, _ in pairs) + n, sum(len(y) for _, y in pairs) + n)
+    return Batch(*tensors, pad=vocab_pad, counts=counts)
 
 
 class TokenBatchSampler:

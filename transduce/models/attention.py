@@ -8,13 +8,27 @@ that returns the attention weights (for the figures of s3.2 and the appendix).
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .derived import state_of
 from .matmul import Linear, linear
+
+# The fused kernels a GPU may take. Not cuDNN's, PyTorch's first choice on Hopper GPUs: it builds
+# an execution plan for every new shape of its inputs, ~6 ms a call on an H200 against ~0.1 ms
+# for a shape seen before, and token-bucketed batches bring new shapes at nearly every update
+# (WMT-like lengths: `big` 283 ms an update on new shapes, 130 ms on seen ones; SPEED.md, GPU).
+GPU_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def fused_kernels(device: torch.device) -> AbstractContextManager:
+    """Where `scaled_dot_product_attention` on `device` may choose from: `GPU_KERNELS` on a GPU.
+    Entered in the code that calls it, so that a compiled graph holds the choice too."""
+    return sdpa_kernel(GPU_KERNELS) if device.type == "cuda" else nullcontext()
 
 
 def padding_mask(tokens: Tensor, pad: int) -> Tensor:
@@ -144,9 +158,10 @@ class MultiHeadAttention(nn.Module):
             out, weights = attention_reference(q, k, v, mask, dropout)
             weights = weights if need_weights else None
         else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
-            )
+            with fused_kernels(q.device):
+                out = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
+                )
             weights = None
         if group > 1:  # (B, h, g * Tq, d) -> (N, h, Tq, d)
             out = out.reshape(k.size(0), self.h, group, n_queries, -1).transpose(1, 2)

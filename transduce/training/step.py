@@ -51,15 +51,18 @@ def train_step(
     processes = processes or Processes()
     network.train()
     (n_tokens,) = processes.sum([sum(b.n_tgt_tokens for b in batches)])
-    loss_sum = nll_sum = 0.0
+    readings = []
     for i, batch in enumerate(batches):
         # DDP averages gradients over processes at the last backward of the group;
         # scaling by `world` turns that average into the sum over all the group's tokens.
         with _no_sync(network, processes, last=i == len(batches) - 1), autocast():
             sums = model_loss(network, batch, label_smoothing, pad, fused_loss)
+            readings.append(_HostReading(torch.stack([sums.loss, sums.nll]).detach()))
             (sums.loss * processes.world / n_tokens).backward()
-        loss_sum, nll_sum = loss_sum + sums.loss.item(), nll_sum + sums.nll.item()
-    loss_sum, nll_sum = processes.sum([loss_sum, nll_sum])
+    # Read once every backward is queued: a GPU works through them while the host waits
+    # for the forwards' sums, so it never idles for want of work (benchmarks/SPEED.md, GPU).
+    sums_read = [reading.values() for reading in readings]  # [loss, nll] of each batch
+    loss_sum, nll_sum = processes.sum([sum(s[0] for s in sums_read), sum(s[1] for s in sums_read)])
     finite = math.isfinite(loss_sum)
     if finite:  # a non-finite loss would turn every parameter into NaN: skip the update
         set_learning_rate(optimizer, rate)
@@ -74,6 +77,27 @@ def train_step(
         src_tokens=sum(b.n_src_tokens for b in batches) * processes.world,
         finite=finite,
     )
+
+
+class _HostReading:
+    """A few numbers of a device tensor, copied to the host when the tensor is ready.
+
+    On a GPU the copy is queued behind the work that makes the tensor, and only `values` waits,
+    for that copy alone: `.item()` would wait for everything queued since, the backward too.
+    """
+
+    def __init__(self, tensor: torch.Tensor):
+        self.host, self.ready = tensor, None
+        if tensor.device.type == "cuda":
+            self.host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            self.host.copy_(tensor, non_blocking=True)
+            self.ready = torch.cuda.Event()
+            self.ready.record()
+
+    def values(self) -> list[float]:
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.host.tolist()
 
 
 def _no_sync(network: nn.Module, processes: Processes, last: bool) -> AbstractContextManager:
