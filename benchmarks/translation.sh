@@ -4,15 +4,17 @@
 #   benchmarks/translation.sh CORPUS SRC TGT VARIANT MINUTES OUT [TEST_SPLIT]
 #   e.g. benchmarks/translation.sh multi30k en de tok 60 bench/multi30k-en-de-tok
 #
-# Reads the corpora from $TRANSDUCE_DATA (default ../shared/data). Writes OUT/summary.json with the
-# wall times, training tokens/s (from the run's log) and BLEU (sacreBLEU and lowercased tokenized).
+# Reads the corpora from $TRANSDUCE_DATA (default ../shared/data); the joint BPE has $VOCAB_SIZE
+# pieces (default 10000); $TRAIN_ARGS adds training settings (--set k=v ...). Writes
+# OUT/summary.json with the wall times, training tokens/s (from the run's log) and BLEU
+# (sacreBLEU and lowercased tokenized).
 set -euo pipefail
 corpus=$1 src=$2 tgt=$3 variant=$4 minutes=$5 out=$6 split=${7:-test}
 data_dir=${TRANSDUCE_DATA:-../shared/data}
 mkdir -p "$out"
 t0=$(date +%s)
 transduce prepare "$corpus" --src "$src" --tgt "$tgt" --variant "$variant" --data-dir "$data_dir" \
-  --vocab-size 10000 --out "$out/data"
+  --vocab-size "${VOCAB_SIZE:-10000}" --out "$out/data"
 t1=$(date +%s)
 transduce train --data "$out/data" --preset tiny --out "$out/run" --max-minutes "$minutes" \
   --max-steps 1000000 ${TRAIN_ARGS:-}
