@@ -47,10 +47,10 @@ class Batch:
         return self.counts
 
     def to(self, device: torch.device | str) -> Batch:
-        """The batch on `device`. To a GPU the tensors go through pinned memory: a copy from
-        ordinary (pageable) memory makes the host wait until the GPU has done all the work
-        queued before it, a whole update of `big`'s (SPEED.md, GPU); from pinned memory it
-        is queued like any kernel."""
+        """The batch on `device`. To a GPU the tensors go through pinned memory: CUDA stages a
+        copy from ordinary (pageable) memory through a buffer of its own, in practice making
+        the host wait for the work queued before it (SPEED.md, GPU); from pinned memory the
+        copy is queued like any kernel."""
         pinned = torch.device(device).type == "cuda"
 
         def moved(tensor: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ from .matmul import Linear, linear
 # The fused kernels a GPU may take. Not cuDNN's, PyTorch's first choice on Hopper GPUs: it builds
 # an execution plan for every new shape of its inputs, ~6 ms a call on an H200 against ~0.1 ms
 # for a shape seen before, and token-bucketed batches bring new shapes at nearly every update
-# (WMT-like lengths: `big` 283 ms an update on new shapes, 130 ms on seen ones; SPEED.md, GPU).
+# (WMT-like lengths: `big` 247 ms an update on new shapes, 130 ms on seen ones; SPEED.md, GPU).
 GPU_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
