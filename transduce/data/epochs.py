@@ -45,8 +45,7 @@ class TrainingEpochs:
     ) -> None:
         self._split, self._vocab, self._data, self._seed = split, vocab, data, seed
         self._shard = (rank, world)
-        self.dropout = data.bpe_dropout
-        self._fixed = self._sampler_for(split) if self.dropout == 0 else None
+        self._fixed = self._sampler_for(split) if data.bpe_dropout == 0 else None
         self._text: tuple[list[str], list[str]] | None = None
         self._current: tuple[int, EncodedSplit, TokenBatchSampler] | None = None
 
@@ -88,8 +87,9 @@ class TrainingEpochs:
         src_text, tgt_text = self._training_text()
         # One seed per (run seed, epoch, side), so the two sides drop different merges.
         src_seed, tgt_seed = np.random.SeedSequence([self._seed, epoch]).generate_state(2)
-        src = self._vocab.encode_with_dropout(src_text, self.dropout, int(src_seed))
-        tgt = self._vocab.encode_with_dropout(tgt_text, self.dropout, int(tgt_seed))
+        dropout = self._data.bpe_dropout
+        src = self._vocab.encode_with_dropout(src_text, dropout, int(src_seed))
+        tgt = self._vocab.encode_with_dropout(tgt_text, dropout, int(tgt_seed))
         return EncodedSplit.from_sequences(src, tgt, self._split.index)
 
     def _training_text(self) -> tuple[list[str], list[str]]:
