@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
 # Issue 17's GPU checks in one call of the `device` tool (about 8-9 minutes on an H200 with a cold
-# Inductor cache): every test that needs a GPU, then the training update's speed at WMT lengths,
-# the model's attention kernels against cuDNN's, and a profile of `big` on new batch shapes.
+# Inductor cache): every test that needs a GPU, then the training update's speed at WMT lengths:
+# on new batch shapes with the model's attention kernels and with cuDNN's, on shapes seen in the
+# warm-up, and the same replayed as CUDA graphs (speed_gpu.py --cuda-graphs, an experiment).
 #     bash benchmarks/gpu_check.sh        # results in $OUT (the device tool's) or /tmp/gpu-check
-# Each speed run gets an Inductor cache of its own: a compiled graph keeps the attention kernel it
+# cuDNN's run gets an Inductor cache of its own: a compiled graph keeps the attention kernel it
 # was first traced with, and a shared cache handed one run's graphs to the next (SPEED.md, GPU).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/test_attention.py \
+timeout 100 python3 -m pytest -q -rs -p no:cacheprovider tests/test_attention.py \
     tests/test_batching.py tests/test_wiring.py tests/test_compiled.py tests/test_loss.py 2>&1 |
     tail -6
 
+MODEL_KERNELS_CACHE=$(mktemp -d)
 speed() {
-    local name=$1 seconds=$2
-    shift 2
-    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout "$seconds" python3 benchmarks/speed_gpu.py \
+    local name=$1 seconds=$2 cache=$3
+    shift 3
+    TORCHINDUCTOR_CACHE_DIR=$cache timeout "$seconds" python3 benchmarks/speed_gpu.py \
         --wmt-lengths --out "$OUT/$name.json" "$@" 2>&1 | grep -v "warn\|^$" >"$OUT/$name.log"
-    grep -E "^(base|big)  |Error" "$OUT/$name.log"
+    grep -E "^(base|big)  |Error|rror:" "$OUT/$name.log" | head -8
 }
-speed gpu-wmt 160 --presets base big --updates 60 --warmup 25
-speed gpu-wmt-cudnn 160 --presets base big --updates 60 --warmup 25 --sdpa cudnn
-speed gpu-big-fresh 110 --presets big --updates 26 --warmup 20 --profile-fresh
+# New shapes: 30 timed updates after 20 of warm-up, each batch the next of the epoch.
+speed gpu-wmt 130 "$MODEL_KERNELS_CACHE" --presets base big --updates 50 --warmup 20
+# Shapes seen: the 25 timed updates repeat the 25 of the warm-up.
+speed gpu-wmt-seen 90 "$MODEL_KERNELS_CACHE" --presets base big --updates 50 --warmup 25 \
+    --seen-shapes
+TORCH_LOGS=perf_hints speed gpu-wmt-graphs 130 "$MODEL_KERNELS_CACHE" --presets base big \
+    --updates 50 --warmup 25 --seen-shapes --cuda-graphs
+grep -i "skipping cudagraph" "$OUT/gpu-wmt-graphs.log" | sort | uniq -c | head -5
+speed gpu-wmt-cudnn 130 "$(mktemp -d)" --presets base big --updates 50 --warmup 20 --sdpa cudnn

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch._inductor import config as inductor_config
 from torch.nn.attention import SDPBackend
 
 from transduce.config import override
@@ -137,6 +138,8 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
                 synchronize()
                 warmup_seconds = time.perf_counter() - warm_start
                 tokens, flops, start = 0, 0.0, time.perf_counter()
+            if args.cuda_graphs:  # a new iteration: the last one's graph outputs may be reused
+                torch.compiler.cudagraph_mark_step_begin()
             tokens += trainer._update(group, rate=1e-4).tgt_tokens
             flops += group_flops[i]
             if args.sync_each_update:  # the host waits for the GPU's queue to drain, as the
@@ -158,6 +161,7 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         "compiled": trainer.compiled,
         "sync_each_update": args.sync_each_update,
         "seen_shapes": args.seen_shapes,
+        "cuda_graphs": args.cuda_graphs,
         "warmup_seconds": warmup_seconds,
         "parameters": parameters,
         "updates_timed": timed,
@@ -204,7 +208,15 @@ def main() -> None:
     parser.add_argument(
         "--seen-shapes", action="store_true", help="time batches of shapes seen in the warm-up"
     )
+    parser.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="the compiled layers and sums replayed as CUDA graphs, one per batch shape "
+        "(torch.compile's reduce-overhead mode; an experiment, not a setting of the Trainer)",
+    )
     args = parser.parse_args()
+    if args.cuda_graphs:
+        inductor_config.triton.cudagraphs = True
     scratch = tempfile.TemporaryDirectory()
     prepared = args.prepared or synthesize(Path(scratch.name) / "wmt", pairs=100_000)
     data = PreparedData.load(prepared)
@@ -243,6 +255,7 @@ def main() -> None:
         print(
             f"{r['preset']:5s} {r['precision']:13s} compiled={r['compiled']!s:5s} "
             f"sync={r['sync_each_update']!s:5s} seen={r['seen_shapes']!s:5s} "
+            f"graphs={r['cuda_graphs']!s:5s} "
             f"{r['target_tokens_per_s']:>9,} tgt tok/s  "
             f"{r['model_tflops']:6.1f} TFLOP/s  MFU {r['mfu_datasheet'] or 0:.1%} "
             f"({r['mfu_measured_matmul']:.1%} of measured; "

@@ -16,7 +16,14 @@ def test_the_gpu_speed_benchmark_runs_the_trainers_own_update(tmp_path):
     used on a GPU, or the device time is lost to a traceback (each setting's error is printed
     and skipped, so the row's absence is the failure)."""
     out = tmp_path / "speed.json"
-    options = ["--sync-each-update", "--seen-shapes", "--profile-fresh", "--sdpa", "math"]
+    options = [
+        "--sync-each-update",
+        "--seen-shapes",
+        "--profile-fresh",
+        "--sdpa",
+        "math",
+        "--cuda-graphs",
+    ]
     command = [sys.executable, str(ROOT / "benchmarks" / "speed_gpu.py"), "--wmt-lengths"]
     command += ["--presets", "tiny", "--updates", "3", "--warmup", "1", "--max-tokens", "600"]
     command += ["--compile", "off", "--out", str(out), *options]
@@ -25,4 +32,5 @@ def test_the_gpu_speed_benchmark_runs_the_trainers_own_update(tmp_path):
     (row,) = json.loads(out.read_text())["rows"]
     assert row["preset"] == "tiny" and row["updates_timed"] == 2
     assert row["target_tokens_per_update"] > 0 and row["sync_each_update"] and row["seen_shapes"]
+    assert row["cuda_graphs"]
     assert "aten::" in done.stdout  # the profile was printed
