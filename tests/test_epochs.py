@@ -145,3 +145,22 @@ def test_a_resumed_run_with_bpe_dropout_ends_where_an_uninterrupted_one_does(wor
     assert straight["progress"]["epoch"] == 3
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, again["model"][name]), name
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_over_long_examples_are_warned_about_once_a_run_not_every_epoch(
+    words_data, caplog, dropout
+):
+    """Under BPE-dropout each epoch builds its own sampler; only the first warns."""
+    epochs = TrainingEpochs(
+        words_data.split("train"),
+        words_data.vocab,
+        DataConfig(max_tokens=12, bpe_dropout=dropout),
+        seed=0,
+    )
+    with caplog.at_level("DEBUG", logger="transduce.data.batching"):
+        skipped = [epochs.sampler(epoch).n_skipped for epoch in range(4)]
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "skipping" in r.message]
+    assert all(n > 0 for n in skipped) and len(warnings) == 1
+    if dropout:  # the later epochs' counts are still logged, at debug level
+        assert sum("skipping" in r.message for r in caplog.records) == 4

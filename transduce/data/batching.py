@@ -92,7 +92,8 @@ class TokenBatchSampler:
     Lengths are subword counts without bos/eos; one token is added per side, as `collate` does.
     `batches(epoch)` is a pure function of (seed, epoch): a seeded permutation breaks length
     ties, the sorted examples are cut greedily into batches, and the batch order is shuffled.
-    Examples too long to fit the budget alone are skipped (`n_skipped`).
+    Examples too long to fit the budget alone are skipped (`n_skipped`), with a warning unless
+    `warn_skipped` is false (then logged at debug level).
     """
 
     def __init__(
@@ -104,6 +105,7 @@ class TokenBatchSampler:
         bucket_width: int = 1,
         seed: int = 0,
         shuffle: bool = True,
+        warn_skipped: bool = True,
     ) -> None:
         self.src = np.asarray(src_lengths, dtype=np.int64) + 1  # x + [eos]
         self.tgt = np.asarray(tgt_lengths, dtype=np.int64) + 1  # [bos] + y, and y + [eos]
@@ -118,7 +120,7 @@ class TokenBatchSampler:
         self._candidates = np.flatnonzero(fits)
         self.n_skipped = int(len(fits) - len(self._candidates))
         if self.n_skipped:
-            logger.warning(
+            (logger.warning if warn_skipped else logger.debug)(
                 "skipping %d of %d examples longer than max_tokens=%d",
                 self.n_skipped,
                 len(fits),

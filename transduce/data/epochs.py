@@ -45,6 +45,7 @@ class TrainingEpochs:
     ) -> None:
         self._split, self._vocab, self._data, self._seed = split, vocab, data, seed
         self._shard = (rank, world)
+        self._samplers_made = 0
         self._fixed = self._sampler_for(split) if data.bpe_dropout == 0 else None
         self._text: tuple[list[str], list[str]] | None = None
         self._current: tuple[int, EncodedSplit, TokenBatchSampler] | None = None
@@ -74,13 +75,17 @@ class TrainingEpochs:
         return self._current[1], self._current[2]
 
     def _sampler_for(self, split: EncodedSplit) -> TokenBatchSampler:
+        # Under BPE-dropout each epoch has a sampler of its own: the first one's warning about
+        # over-long examples is the run's, not repeated every epoch.
         sampler = TokenBatchSampler(
             split.src_lengths,
             split.tgt_lengths,
             max_tokens=self._data.max_tokens,
             bucket_width=self._data.bucket_width,
             seed=self._seed,
+            warn_skipped=self._samplers_made == 0,
         )
+        self._samplers_made += 1
         return sampler.shard(*self._shard)
 
     def _resegment(self, epoch: int) -> EncodedSplit:
