@@ -2,7 +2,8 @@
 # Issue 17's GPU checks in one call of the `device` tool (7.4 minutes on an H200 in session 24,
 # Inductor's cache cold): every test that needs a GPU, then the training update's speed at WMT
 # lengths: on new batch shapes with the model's attention kernels and with cuDNN's, on shapes seen
-# in the warm-up, and the same replayed as CUDA graphs (speed_gpu.py --cuda-graphs, an experiment).
+# in the warm-up, and the same replayed as CUDA graphs (speed_gpu.py --cuda-graphs, an experiment:
+# two untimed passes over the shapes, since Inductor records a shape on its second call).
 #     bash benchmarks/gpu_check.sh        # results in $OUT (the device tool's) or /tmp/gpu-check
 # cuDNN's run gets an Inductor cache of its own: a compiled graph keeps the attention kernel it
 # was first traced with, and a shared cache handed one run's graphs to the next (SPEED.md, GPU).
@@ -29,7 +30,9 @@ speed gpu-wmt 130 "$MODEL_KERNELS_CACHE" --presets base big --updates 50 --warmu
 # Shapes seen: the 25 timed updates repeat the 25 of the warm-up.
 speed gpu-wmt-seen 90 "$MODEL_KERNELS_CACHE" --presets base big --updates 50 --warmup 25 \
     --seen-shapes
-TORCH_LOGS=perf_hints speed gpu-wmt-graphs 130 "$MODEL_KERNELS_CACHE" --presets base big \
+TORCH_LOGS=perf_hints,cudagraphs speed gpu-wmt-graphs 180 "$MODEL_KERNELS_CACHE" \
+    --presets base big \
     --updates 50 --warmup 25 --seen-shapes --cuda-graphs
+grep -ic "recording cudagraph" "$OUT/gpu-wmt-graphs.log"  # graphs recorded, both presets
 grep -i "skipping cudagraph" "$OUT/gpu-wmt-graphs.log" | sort | uniq -c | head -5
 speed gpu-wmt-cudnn 130 "$(mktemp -d)" --presets base big --updates 50 --warmup 20 --sdpa cudnn
