@@ -31,8 +31,7 @@ speed gpu-wmt 130 "$MODEL_KERNELS_CACHE" --presets base big --updates 50 --warmu
 speed gpu-wmt-seen 90 "$MODEL_KERNELS_CACHE" --presets base big --updates 50 --warmup 25 \
     --seen-shapes
 TORCH_LOGS=perf_hints,cudagraphs speed gpu-wmt-graphs 180 "$MODEL_KERNELS_CACHE" \
-    --presets base big \
-    --updates 50 --warmup 25 --seen-shapes --cuda-graphs
+    --presets base big --updates 50 --warmup 25 --seen-shapes --cuda-graphs
 grep -ic "recording cudagraph" "$OUT/gpu-wmt-graphs.log"  # graphs recorded, both presets
 grep -i "skipping cudagraph" "$OUT/gpu-wmt-graphs.log" | sort | uniq -c | head -5
 speed gpu-wmt-cudnn 130 "$(mktemp -d)" --presets base big --updates 50 --warmup 20 --sdpa cudnn

@@ -45,7 +45,7 @@ class TrainingEpochs:
     ) -> None:
         self._split, self._vocab, self._data, self._seed = split, vocab, data, seed
         self._shard = (rank, world)
-        self._samplers_made = 0
+        self._warned_of_skips = False  # the first sampler warns of over-long examples
         self._fixed = self._sampler_for(split) if data.bpe_dropout == 0 else None
         self._text: tuple[list[str], list[str]] | None = None
         self._current: tuple[int, EncodedSplit, TokenBatchSampler] | None = None
@@ -83,9 +83,9 @@ class TrainingEpochs:
             max_tokens=self._data.max_tokens,
             bucket_width=self._data.bucket_width,
             seed=self._seed,
-            warn_skipped=self._samplers_made == 0,
+            warn_skipped=not self._warned_of_skips,
         )
-        self._samplers_made += 1
+        self._warned_of_skips = True
         return sampler.shard(*self._shard)
 
     def _resegment(self, epoch: int) -> EncodedSplit:
