@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(not matmul._available, reason="this torch has no
 
 @pytest.fixture
 def onednn_calls(monkeypatch):
-    """Count the products that went through oneDNN, with the route switched on."""
+    """Count the products that went through oneDNN, with the route switched on for products of
+    every size (the tests' weights are far below `MKL_WEIGHT_ENTRIES`)."""
     calls = []
     real = matmul._onednn
 
@@ -31,6 +32,7 @@ def onednn_calls(monkeypatch):
         return real(x, weight, bias)
 
     monkeypatch.setattr(matmul, "_onednn", counting)
+    monkeypatch.setattr(matmul, "MKL_WEIGHT_ENTRIES", 0)
     old = matmul.use_onednn(True)
     yield calls
     matmul.use_onednn(old)
@@ -104,6 +106,22 @@ def test_inference_builds_no_graph(onednn_calls):
     with torch.no_grad():
         y = layer(torch.randn(4, 8))
     assert y.grad_fn is None and len(onednn_calls) == 1
+
+
+def test_decoding_leaves_small_products_to_mkl_and_training_does_not(onednn_calls, monkeypatch):
+    """Without gradients, up to MKL_ROWS rows by a weight of up to MKL_WEIGHT_ENTRIES go to
+    torch's own product (MKL); more rows, a larger weight, or a gradient take oneDNN."""
+    monkeypatch.setattr(matmul, "MKL_ROWS", 4)
+    monkeypatch.setattr(matmul, "MKL_WEIGHT_ENTRIES", 6 * 8)
+    weight = torch.randn(6, 8)
+    x = torch.randn(2, 2, 8)
+    with torch.no_grad(), matmul.packed_for_inference():
+        torch.testing.assert_close(linear(x, weight), F.linear(x, weight))  # 4 rows: MKL
+        assert onednn_calls == []
+        linear(torch.randn(5, 8), weight)  # 5 rows
+        linear(torch.randn(4, 8), torch.randn(7, 8))  # a larger weight
+    linear(torch.randn(4, 8), weight.requires_grad_())  # training
+    assert onednn_calls == ["packed", "packed", "plain"]
 
 
 def test_only_float32_cpu_outside_autocast_takes_the_route(onednn_calls):

@@ -6,9 +6,10 @@ oneDNN (shipped inside PyTorch, used by its compiler for frozen CPU graphs) runs
 products at 280-420 GFLOP/s, accumulating in float32 all the same (benchmarks/SPEED.md,
 `benchmarks/cpu_matmul.py` measures a machine). Every product of the model's linear layers and
 tied output projection goes through `linear` below, forward and backward, so training and
-decoding both gain. On Intel's CPUs MKL is the faster of the two (a Xeon with AMX, session 18:
-training `small` 1.13x, beam search 1.06-1.17x at batch 64 and 1.5x at batch 1, whose many small
-products oneDNN's calls cost ~50 us each against MKL's ~18), so there the route is off.
+decoding both gain; only decoding's smallest products stay with MKL (`MKL_WEIGHT_ENTRIES`).
+On Intel's CPUs MKL is the faster of the two (a Xeon with AMX, session 18: training `small`
+1.13x, beam search 1.06-1.17x at batch 64 and 1.5x at batch 1, whose many small products
+oneDNN's calls cost ~50 us each against MKL's ~18), so there the route is off.
 
 The route is taken only for float32 CPU tensors outside autocast and outside `torch.compile`
 (whose CPU backend makes its own oneDNN calls), when this build of PyTorch has the operator;
@@ -73,6 +74,15 @@ _can_pack = _available and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 PackedWeights = WeightCopies[Tensor]
 _packed: PackedWeights | None = None
 PACKED_FOR_ROWS = 64  # the row count oneDNN tunes the layout for; 4-256 rows gain alike
+
+# Without gradients, a product of at most this many rows by a weight of at most this many
+# entries stays with MKL even where oneDNN is the route: oneDNN's call costs ~40-50 us whatever
+# the size, and at decoding's 4-256 rows MKL multiplies `tiny`'s weights (128 x 128 to the
+# stacked 128 x 384) 1.1-2.7x faster; `tiny`'s greedy decoding of the dev set, as validation runs
+# it, took 1.2-1.3x less time (AMD EPYC, AVX2 only; benchmarks/SPEED.md, session 25). From
+# `small`'s 256 x 256 up the two are level or oneDNN's packed products lead, the output
+# projection by 1.2-1.8x; and training's thousands of rows keep oneDNN.
+MKL_ROWS, MKL_WEIGHT_ENTRIES = 256, 50_000
 
 
 def use_onednn(enabled: bool) -> bool:
@@ -150,7 +160,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         out = int8.maybe_int8(x.reshape(-1, x.size(-1)), weight, bias)
         if out is not None:
             return out.view(*x.shape[:-1], weight.size(0))
-    if not _takes_onednn(x, weight):
+    if not _takes_onednn(x, weight) or (not grad and _small_for_onednn(x, weight)):
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.size(-1))  # (M, K)
     if grad:
@@ -158,6 +168,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     else:  # decoding: no autograd node to build, and the weight may be prepacked
         out = _onednn(flat, _packed_or_plain(weight), bias)
     return out.view(*x.shape[:-1], weight.size(0))
+
+
+def _small_for_onednn(x: Tensor, weight: Tensor) -> bool:
+    return x.numel() <= MKL_ROWS * x.size(-1) and weight.numel() <= MKL_WEIGHT_ENTRIES
 
 
 def _packed_or_plain(weight: Tensor) -> Tensor:
