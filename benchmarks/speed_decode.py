@@ -163,6 +163,40 @@ def onmt_engine(model: Path, bin_dir: Path, out: Path, vocab, threads: int):
     return run
 
 
+def chosen_engines(args, model, vocab) -> dict:
+    """The engines `--engines` names (all by default), each built only when chosen: an export,
+    or torch.ao's deprecated route, is not paid for (nor its warnings printed) by a run that
+    leaves the engine out."""
+    hf_dir, ct2_dir, ct2_int8_dir = (args.out / n for n in ("hf", "ct2", "ct2-int8"))
+
+    def ctranslate2(folder: Path, **options):
+        export_ctranslate2(args.model, folder, **options)
+        return ct2_engine(folder, vocab, args.threads)
+
+    def hf():
+        export_hf(args.model, hf_dir)
+        return hf_engine(hf_dir, vocab.pad, vocab.eos)
+
+    builders = {
+        "transduce": lambda: transduce_engine(model, vocab),
+        "transduce int8": lambda: transduce_engine(model, vocab, int8=True),
+        "transduce int8 torch.ao": lambda: transduce_engine(torch_ao_int8(model), vocab),
+        "hf generate": hf,
+        "ctranslate2": lambda: ctranslate2(ct2_dir),
+        "ctranslate2 int8": lambda: ctranslate2(ct2_int8_dir, quantize="int8"),
+    }
+    if args.onmt_model:
+        builders["opennmt-py (own weights)"] = lambda: onmt_engine(
+            args.onmt_model, args.onmt_bin, args.out, vocab, args.threads
+        )
+    # a subset, e.g. "transduce,transduce int8" (names hold no commas)
+    chosen = args.engines.split(",") if args.engines else list(builders)
+    unknown = [name for name in chosen if name not in builders]
+    if unknown:
+        raise SystemExit(f"unknown engines {unknown}; choose from {list(builders)}")
+    return {name: builders[name]() for name in chosen}
+
+
 def speed(args) -> None:
     data = PreparedData.load(args.prepared)
     vocab = data.vocab
@@ -172,26 +206,7 @@ def speed(args) -> None:
     references = [text[i] for i in test.index]  # the lines that were kept, in order
     torch.set_num_threads(args.threads)
 
-    translator = Translator.load(args.model, device="cpu")
-    hf_dir, ct2_dir, ct2_int8_dir = (args.out / n for n in ("hf", "ct2", "ct2-int8"))
-    export_hf(args.model, hf_dir)
-    export_ctranslate2(args.model, ct2_dir)
-    export_ctranslate2(args.model, ct2_int8_dir, quantize="int8")
-    engines = {
-        "transduce": transduce_engine(translator.model, vocab),
-        "transduce int8": transduce_engine(translator.model, vocab, int8=True),
-        "transduce int8 torch.ao": transduce_engine(torch_ao_int8(translator.model), vocab),
-        "hf generate": hf_engine(hf_dir, vocab.pad, vocab.eos),
-        "ctranslate2": ct2_engine(ct2_dir, vocab, args.threads),
-        "ctranslate2 int8": ct2_engine(ct2_int8_dir, vocab, args.threads),
-    }
-    if args.onmt_model:
-        engines["opennmt-py (own weights)"] = onmt_engine(
-            args.onmt_model, args.onmt_bin, args.out, vocab, args.threads
-        )
-
-    if args.engines:  # a subset, e.g. "transduce,transduce int8" (names hold no commas)
-        engines = {name: engines[name] for name in args.engines.split(",")}
+    engines = chosen_engines(args, Translator.load(args.model, device="cpu").model, vocab)
     cases = {64: sources, 1: sources[: args.batch_1_lines]}
     cases = {batch: cases[batch] for batch in args.batches}
     results = []

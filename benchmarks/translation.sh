@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Train the tiny preset for a bounded time and score the test set, through the CLI a user runs.
+# Train a preset (`tiny` unless $PRESET names another) for a bounded time and score the test
+# set, through the CLI a user runs.
 #
 #   benchmarks/translation.sh CORPUS SRC TGT VARIANT MINUTES OUT [TEST_SPLIT]
 #   e.g. benchmarks/translation.sh multi30k en de tok 60 bench/multi30k-en-de-tok

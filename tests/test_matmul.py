@@ -119,9 +119,10 @@ def test_decoding_leaves_small_products_to_mkl_and_training_does_not(onednn_call
         torch.testing.assert_close(linear(x, weight), F.linear(x, weight))  # 4 rows: MKL
         assert onednn_calls == []
         linear(torch.randn(5, 8), weight)  # 5 rows
+        linear(torch.randn(3, 2, 8), weight)  # 6 rows, however few along each leading dim
         linear(torch.randn(4, 8), torch.randn(7, 8))  # a larger weight
     linear(torch.randn(4, 8), weight.requires_grad_())  # training
-    assert onednn_calls == ["packed", "packed", "plain"]
+    assert onednn_calls == ["packed", "packed", "packed", "plain"]
 
 
 def test_only_float32_cpu_outside_autocast_takes_the_route(onednn_calls):

@@ -14,7 +14,8 @@ oneDNN's calls cost ~50 us each against MKL's ~18), so there the route is off.
 The route is taken only for float32 CPU tensors outside autocast and outside `torch.compile`
 (whose CPU backend makes its own oneDNN calls), when this build of PyTorch has the operator;
 anything else (GPUs, the float64 tests, bf16) is torch's own `F.linear`. Set
-TRANSDUCE_CPU_MATMUL=torch or =onednn, or call `use_onednn`, to choose for yourself.
+TRANSDUCE_CPU_MATMUL=torch or =onednn, or call `use_onednn`, to choose for yourself (=onednn
+still leaves decoding's smallest products to MKL).
 """
 
 from __future__ import annotations
@@ -77,11 +78,12 @@ PACKED_FOR_ROWS = 64  # the row count oneDNN tunes the layout for; 4-256 rows ga
 
 # Without gradients, a product of at most this many rows by a weight of at most this many
 # entries stays with MKL even where oneDNN is the route: oneDNN's call costs ~40-50 us whatever
-# the size, and at decoding's 4-256 rows MKL multiplies `tiny`'s weights (128 x 128 to the
-# stacked 128 x 384) 1.1-2.7x faster; `tiny`'s greedy decoding of the dev set, as validation runs
-# it, took 1.2-1.3x less time (AMD EPYC, AVX2 only; benchmarks/SPEED.md, session 25). From
-# `small`'s 256 x 256 up the two are level or oneDNN's packed products lead, the output
-# projection by 1.2-1.8x; and training's thousands of rows keep oneDNN.
+# the size, and at decoding's 4-256 rows MKL multiplies `tiny`'s layer weights (128 x 128 to the
+# stacked 128 x 384) 1.1-2.7x faster; `tiny`'s greedy decoding of the test set, as validation
+# runs it on dev, took 1.23x less time (measured on an AMD EPYC with AVX2 only, the one kind of
+# non-Intel CPU we had; benchmarks/SPEED.md, session 25). From `small`'s 256 x 256 at 64 rows
+# up the two are level or oneDNN's packed products lead, output projections by 1.3-1.75x; and
+# training's thousands of rows keep oneDNN.
 MKL_ROWS, MKL_WEIGHT_ENTRIES = 256, 50_000
 
 
@@ -195,10 +197,10 @@ def packed_for_inference(keep: PackedWeights | None = None) -> Iterator[None]:
     A weight is packed on its first product, so only the weights products read are copied.
     The copies go into `keep` if given, a store that outlives the call (a server's translator
     decodes request after request with the same weights: packing them again for each made a
-    one-sentence request 1.14-1.31x slower at `tiny`); otherwise they are dropped when the outermost
-    context exits. A nested context uses the outer one's store. Not for several threads
-    decoding at once: the first to leave closes the others' store (they stay correct, only
-    slower).
+    one-sentence request 1.14-1.31x slower at `tiny`, measured when all its products took
+    oneDNN); otherwise they are dropped when the outermost context exits. A nested context uses
+    the outer one's store. Not for several threads decoding at once: the first to leave closes
+    the others' store (they stay correct, only slower).
     """
     global _packed
     if _packed is not None:
