@@ -6,8 +6,7 @@
 #   e.g. benchmarks/translation.sh multi30k en de tok 60 bench/multi30k-en-de-tok
 #
 # Reads the corpora from $TRANSDUCE_DATA (default ../shared/data); the joint BPE has $VOCAB_SIZE
-# pieces (default 10000); $PRESET names the preset (default tiny); $TRAIN_ARGS adds training
-# settings (--set k=v ...). Writes
+# pieces (default 10000); $TRAIN_ARGS adds training settings (--set k=v ...). Writes
 # OUT/summary.json with the wall times, training tokens/s (from the run's log) and BLEU
 # (sacreBLEU and lowercased tokenized).
 set -euo pipefail
@@ -18,8 +17,8 @@ t0=$(date +%s)
 transduce prepare "$corpus" --src "$src" --tgt "$tgt" --variant "$variant" --data-dir "$data_dir" \
   --vocab-size "${VOCAB_SIZE:-10000}" --out "$out/data"
 t1=$(date +%s)
-transduce train --data "$out/data" --preset "${PRESET:-tiny}" --out "$out/run" --max-minutes "$minutes" \
-  --max-steps 1000000 ${TRAIN_ARGS:-}
+transduce train --data "$out/data" --preset "${PRESET:-tiny}" --out "$out/run" \
+  --max-minutes "$minutes" --max-steps 1000000 ${TRAIN_ARGS:-}
 t2=$(date +%s)
 transduce translate --model "$out/run" --input "$out/data/$split.src.txt" --output "$out/$split.hyp"
 t3=$(date +%s)

@@ -141,7 +141,7 @@ def _autocast_on_cpu() -> bool:
         return torch.is_autocast_cpu_enabled()
 
 
-def _takes_onednn(x: Tensor, weight: Tensor) -> bool:
+def _takes_onednn(x: Tensor, weight: Tensor, grad: bool) -> bool:
     return (
         _enabled
         and x.device.type == "cpu"
@@ -149,6 +149,7 @@ def _takes_onednn(x: Tensor, weight: Tensor) -> bool:
         and x.numel() > 0
         and not _autocast_on_cpu()
         and not torch.compiler.is_compiling()
+        and (grad or x.numel() > MKL_ROWS * x.size(-1) or weight.numel() > MKL_WEIGHT_ENTRIES)
     )
 
 
@@ -162,7 +163,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         out = int8.maybe_int8(x.reshape(-1, x.size(-1)), weight, bias)
         if out is not None:
             return out.view(*x.shape[:-1], weight.size(0))
-    if not _takes_onednn(x, weight) or (not grad and _small_for_onednn(x, weight)):
+    if not _takes_onednn(x, weight, grad):
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.size(-1))  # (M, K)
     if grad:
@@ -170,10 +171,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     else:  # decoding: no autograd node to build, and the weight may be prepacked
         out = _onednn(flat, _packed_or_plain(weight), bias)
     return out.view(*x.shape[:-1], weight.size(0))
-
-
-def _small_for_onednn(x: Tensor, weight: Tensor) -> bool:
-    return x.numel() <= MKL_ROWS * x.size(-1) and weight.numel() <= MKL_WEIGHT_ENTRIES
 
 
 def _packed_or_plain(weight: Tensor) -> Tensor:
