@@ -155,6 +155,22 @@ def test_packed_weights_give_the_same_products_and_never_go_stale(onednn_calls):
     torch.testing.assert_close(changed, plain + x.sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
 
 
+def test_the_stacked_self_attention_product_is_packed_under_inference_mode_too(onednn_calls):
+    """`torch.inference_mode` (as speed_decode.py and many users call decoding) makes new
+    tensors inference tensors, which are read unpacked: the stacked Q, K, V weight made inside
+    it must not be one, or the decoder's widest product of every step is read unpacked."""
+    from transduce.models.attention import MultiHeadAttention
+
+    attention = MultiHeadAttention(d_model=8, h=2, d_k=4, d_v=4)
+    x = torch.randn(3, 1, 8)
+    with torch.inference_mode(), matmul.packed_for_inference():
+        q, _, v = attention.project_qkv(x)
+        attention.project_qkv(x)
+    assert onednn_calls == ["packed", "packed"]
+    torch.testing.assert_close(q, attention.project_q(x).detach())
+    torch.testing.assert_close(v, attention.project_kv(x)[1].detach())
+
+
 def test_packed_weights_are_dropped_by_the_outermost_exit_even_on_error(onednn_calls):
     layer = Linear(8, 6)
     with torch.no_grad(), pytest.raises(KeyboardInterrupt), matmul.packed_for_inference():

@@ -14,10 +14,11 @@ projection, the largest product of a small model's decoding step.
 A quantized call costs PyTorch's wrapper of oneDNN ~50 us of its own whatever its size (its
 kernel runs 4-16 us at a step of beam search), more than a small float32 product takes in all
 through MKL (~18 us), so only products worth it go int8: those of at least MIN_MULTIPLY_ADDS
-multiply-adds, and those whose weight is so large that reading it is the cost (the output
-projection over the vocabulary, whatever the rows). Decoding a batch of 64 (256 beam rows)
-quantizes nearly every product; a sentence at a time (4 rows), the output projection and little
-else (benchmarks/SPEED.md, "int8 through oneDNN", session 18).
+multiply-adds and, on CPUs with VNNI, those whose weight is so large that reading it is the cost
+(the output projection over the vocabulary, whatever the rows). There, decoding a batch of 64
+(256 beam rows) quantizes nearly every product; a sentence at a time (4 rows), the output
+projection and little else (benchmarks/SPEED.md, "int8 through oneDNN", session 18). Without
+VNNI the bar is higher and a sentence at a time stays float32 (session 26).
 """
 
 from __future__ import annotations
@@ -31,12 +32,22 @@ from torch import Tensor
 
 from .derived import WeightCopies, copy_of
 
-MIN_MULTIPLY_ADDS = 1 << 24  # M x K x N
-MIN_WEIGHT = 1 << 20  # N x K: reading a weight this large, not its products, takes the time
+_vnni = getattr(torch.cpu, "_is_vnni_supported", lambda: False)()
+
+# Which products gain depends on the CPU. With VNNI (a Xeon with AMX, session 18): those of at
+# least 2^24 multiply-adds (M x K x N), and any whose weight (N x K) is so large that reading it,
+# not its products, takes the time. Without VNNI (AVX2 only: two instructions per u8 x s8 pair,
+# and 7-bit rows) int8 gains less while rounding the rows costs the same; on an AMD EPYC of that
+# kind (session 26, benchmarks/SPEED.md), int8 against float32 packed: a 256 x 256 weight never
+# gained (0.40x at 4 rows to 0.86x at 512), 768 x 256 and 1,024 x 256 gained from 256 rows
+# (1.2-1.4x), the 10,000-piece output projection from 64 rows (1.4-1.5x) and took 2x as long at
+# 4 (a sentence at a time). Hence 3 x 2^24 there, and no exception for large weights.
+MIN_MULTIPLY_ADDS = 1 << 24 if _vnni else 3 << 24
+MIN_WEIGHT: int | None = 1 << 20 if _vnni else None
+
 # The largest uint8 of a row. Without VNNI, x86 multiplies u8 x s8 pairs into saturating int16
 # sums (vpmaddubsw): at 8 bits a product of 64 lost 19% of its largest output on an AVX2-only
 # host, at 7 bits 1.1%. fbgemm's `reduce_range` is the same remedy.
-_vnni = getattr(torch.cpu, "_is_vnni_supported", lambda: False)()
 ROW_MAX = 255 if _vnni else 127
 
 available = torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_prepack")
@@ -107,7 +118,8 @@ def maybe_int8(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
 
 
 def _worth_it(rows: int, weight_size: int) -> bool:
-    return rows * weight_size >= MIN_MULTIPLY_ADDS or weight_size >= MIN_WEIGHT
+    large_weight = MIN_WEIGHT is not None and weight_size >= MIN_WEIGHT
+    return rows * weight_size >= MIN_MULTIPLY_ADDS or large_weight
 
 
 def _quantized_rows(x: Tensor) -> tuple[Tensor, float, int]:
