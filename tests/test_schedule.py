@@ -3,6 +3,7 @@ import torch
 
 from transduce.config import override
 from transduce.presets import tiny
+from transduce.training.checkpoint import steps_to_average
 from transduce.training.schedule import (
     Plateau,
     cooldown_factor,
@@ -48,7 +49,7 @@ def test_tiny_searches_as_s6_1_says_but_with_alpha_1_0_chosen_on_dev():
     assert tiny().decode == DecodeConfig(alpha=1.0)
 
 
-def test_the_demo_preset_is_tiny_with_its_peak_at_update_200_no_dropout_and_alpha_1_4():
+def test_the_demo_preset_is_tiny_with_its_peak_at_200_no_dropout_alpha_1_4_and_no_average():
     from dataclasses import asdict
 
     from transduce.presets import demo
@@ -64,8 +65,17 @@ def test_the_demo_preset_is_tiny_with_its_peak_at_update_200_no_dropout_and_alph
         for key, value in asdict(getattr(config, section)).items()
         if asdict(getattr(base, section))[key] != value
     }
-    assert changed == {"model.dropout", "train.warmup_steps", "train.lr_scale", "decode.alpha"}
+    assert changed == {
+        "model.dropout",
+        "train.warmup_steps",
+        "train.lr_scale",
+        "decode.alpha",
+        "train.average_last",
+    }
     assert config.model.dropout == 0.0 and config.decode.alpha == 1.4
+    # After the cooldown the newest checkpoint alone is the final model (DEMO.md, session 26).
+    final = steps_to_average([125, 250, 375, 500, 625, 720], 720, config.train)
+    assert config.train.average_last == 1 and final == [720]
 
 
 @pytest.mark.parametrize("minutes, name", [(3, "demo"), (20, "demo"), (60, "tiny")])

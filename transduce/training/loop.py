@@ -376,7 +376,10 @@ class Trainer:
             steps = steps_to_average(self.store.steps(), self.progress.step, self.config.train)
             paths = [self.store.path(s) for s in steps]
             save(average(paths), out)
-            logger.info("averaged %d checkpoints into %s", len(paths), out)
+            if len(paths) == 1:
+                logger.info("final model: the checkpoint of step %d, as %s", steps[0], out)
+            else:
+                logger.info("averaged %d checkpoints into %s", len(paths), out)
 
         self._on_main(write_average)
         return out
