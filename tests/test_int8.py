@@ -96,9 +96,10 @@ def test_only_products_without_gradients_and_above_the_threshold_take_int8(monke
     assert not torch.equal(one_row, linear(x[:1], weight))
     # Without VNNI there is no such exception (int8 took 2x as long at 4 rows there).
     monkeypatch.setattr(int8, "MIN_WEIGHT", None)
-    with torch.no_grad(), int8_products(store := {}):
+    untouched: int8.Int8Weights = {}
+    with torch.no_grad(), int8_products(untouched):
         one_row = linear(x[:1], weight)
-    assert not store and torch.equal(one_row, linear(x[:1], weight))
+    assert not untouched and torch.equal(one_row, linear(x[:1], weight))
     trained = weight.clone().requires_grad_()
     with int8_products(store):
         assert linear(x, trained).grad_fn is not None  # training's products stay float32
