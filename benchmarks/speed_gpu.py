@@ -32,7 +32,9 @@ from torch.nn.attention import SDPBackend
 from transduce.config import override
 from transduce.data.dataset import PreparedData
 from transduce.models import attention, count_parameters
+from transduce.models.matmul import linear
 from transduce.presets import preset
+from transduce.training import loss as loss_module
 from transduce.training.loop import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,6 +82,13 @@ def choose_attention_kernel(name: str | None) -> None:
         attention.GPU_KERNELS = [SDPA_BACKENDS[name]]
 
 
+def loss_of_whole_logits(hidden, weight, target, eps: float, pad: int, fused: bool = False):
+    """The loss as the GPU took it before session 27 (`--loss-form logits`): the (tokens x V)
+    logits whole, then the compiled sums and their backward, one pass over the logits each."""
+    logits = linear(hidden, weight)
+    return loss_module.label_smoothed_loss(logits, target, eps, pad, fused)
+
+
 def forward_flops(model, src_lengths, tgt_lengths) -> float:
     """Multiply-adds x 2 of the Transformer's forward on pairs of these lengths, no padding."""
     c = model.config
@@ -115,6 +124,10 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
     }
     config = override(preset(name), settings)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: a dry run
+    # Each preset compiles afresh: one run after another in a process met the first one's
+    # compiled graphs and their guards, and `base`, bound by the host, ran 1.3-1.6x slower
+    # second than first (SPEED.md, GPU, session 27).
+    torch._dynamo.reset()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory() as run:
@@ -168,6 +181,8 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         "sync_each_update": args.sync_each_update,
         "seen_shapes": args.seen_shapes,
         "cuda_graphs": args.cuda_graphs,
+        "loss_form": args.loss_form,
+        "inductor": args.inductor,
         "warmup_seconds": warmup_seconds,
         "parameters": parameters,
         "updates_timed": timed,
@@ -206,6 +221,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="updates not timed")
     parser.add_argument("--compile", nargs="+", default=["auto"], choices=["auto", "on", "off"])
     parser.add_argument("--sdpa", choices=["default", *SDPA_BACKENDS])
+    parser.add_argument(
+        "--loss-form",
+        choices=["chunked", "logits"],
+        default="chunked",
+        help="the loss in compiled chunks (the Trainer's) or of the whole logits (before)",
+    )
+    parser.add_argument(
+        "--inductor",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Inductor settings for the run, e.g. coordinate_descent_tuning=True",
+    )
     parser.add_argument("--profile", action="store_true", help="print the top operators")
     parser.add_argument("--profile-fresh", action="store_true", help="the same, on new shapes")
     parser.add_argument(
@@ -223,6 +251,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.cuda_graphs:
         inductor_config.triton.cudagraphs = True
+    for setting in args.inductor:
+        key, value = setting.split("=", 1)
+        inductor_config.__setattr__(key, {"True": True, "False": False}.get(value, value))
     scratch = tempfile.TemporaryDirectory()
     prepared = args.prepared or synthesize(Path(scratch.name) / "wmt", pairs=100_000)
     data = PreparedData.load(prepared)
@@ -230,6 +261,8 @@ def main() -> None:
     matmul = measured_matmul_tflops() if on_gpu else float("nan")
     datasheet = datasheet_tflops() if on_gpu else None
     choose_attention_kernel(args.sdpa)
+    if args.loss_form == "logits":
+        loss_module.projected_label_smoothed_loss = loss_of_whole_logits
     rows = []
     for name in args.presets:
         for precision, compile in itertools.product(args.precisions, args.compile):

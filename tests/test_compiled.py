@@ -5,6 +5,8 @@ These compile for real (Inductor's C++ backend on the CPU), so the file costs ha
 compiled graphs are shared by every test here (one dtype, dynamic shapes).
 """
 
+from contextlib import nullcontext
+
 import pytest
 import torch
 
@@ -136,3 +138,58 @@ def test_dropout_traces_whole_under_compile():
 
     explained = torch._dynamo.explain(Dropout(0.1).train())(torch.randn(4, 8))
     assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+def _projected_case(device: str, dtype: torch.dtype):
+    torch.manual_seed(5)
+    hidden = torch.randn(3, 6, 16, device=device, dtype=dtype, requires_grad=True)
+    weight = torch.randn(300, 16, device=device, dtype=dtype, requires_grad=True)
+    target = torch.randint(4, 300, (3, 6), device=device)
+    target[0, 2:] = PAD
+    return hidden, weight, target
+
+
+def _compiled_and_plain(hidden, weight, target, autocast):
+    """The projected loss through the compiled chunks (`fused`, training) and the plain logits
+    path in float64: sums, and gradients for hidden and weight."""
+    from transduce.training.loss import projected_label_smoothed_loss
+
+    with autocast:
+        compiled = projected_label_smoothed_loss(hidden, weight, target, 0.1, PAD, fused=True)
+    got = torch.autograd.grad(compiled.loss * 0.5, [hidden, weight])
+    exact_inputs = [t.detach().double().requires_grad_() for t in (hidden, weight)]
+    logits = torch.nn.functional.linear(*exact_inputs)
+    plain = label_smoothed_loss(logits, target, 0.1, PAD)
+    expected = torch.autograd.grad(plain.loss * 0.5, exact_inputs)
+    return compiled, plain, got, expected
+
+
+def test_half_precision_training_takes_the_compiled_chunks_with_the_logits_path_sums(
+    monkeypatch, compiled_calls
+):
+    """What a GPU's compiled training does (bfloat16 here, on the CPU): the loss in chunks
+    through one compiled function per chunk, the sums and gradients of the logits path."""
+    import transduce.training.loss as loss_module
+
+    monkeypatch.setattr(loss_module, "COMPILED_CHUNK_LOGITS", 7 * 300)  # 3 chunks, one short
+    loss_module._compiled_chunk_sums.cache_clear()
+    hidden, weight, target = _projected_case("cpu", torch.bfloat16)
+    compiled, plain, got, expected = _compiled_and_plain(hidden, weight, target, nullcontext())
+    loss_module._compiled_chunk_sums.cache_clear()
+    assert compiled_calls == [loss_module.chunk_sums_and_gradient] * 3
+    assert compiled.n_tokens == plain.n_tokens == 14
+    assert compiled.loss.item() == pytest.approx(plain.loss.item(), rel=1e-2)
+    for mine, theirs in zip(got, expected, strict=True):
+        assert mine.dtype == torch.bfloat16
+        torch.testing.assert_close(mine.double(), theirs, rtol=0.05, atol=0.02)
+    assert (got[0][target == PAD] == 0).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_compiled_chunks_under_autocast_give_the_logits_path_loss():
+    hidden, weight, target = _projected_case("cuda", torch.float32)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16)
+    compiled, plain, got, expected = _compiled_and_plain(hidden, weight, target, autocast)
+    assert compiled.loss.item() == pytest.approx(plain.loss.item(), rel=1e-2)
+    for mine, theirs in zip(got, expected, strict=True):
+        torch.testing.assert_close(mine.double(), theirs, rtol=0.05, atol=0.02)

@@ -201,3 +201,38 @@ def test_off_the_cpu_the_loss_projects_every_row_at_once(monkeypatch):
             0.1,
             PAD,
         )
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 8])  # 3 does not divide the 8 rows
+@pytest.mark.parametrize("wanted", [(True, True), (True, False), (False, True)])
+def test_the_compiled_path_chunks_equal_the_loss_of_the_logits(monkeypatch, chunk_rows, wanted):
+    """`_chunked_compiled` (a GPU's, padding rows kept) gives the logits path's sums and, for each
+    gradient asked for, its gradient: however the rows are chunked, zero on padding rows. Run
+    here as written (the compiled one: tests/test_compiled.py)."""
+    import transduce.training.loss as loss_module
+
+    v, d = 7, 5
+    monkeypatch.setattr(loss_module, "COMPILED_CHUNK_LOGITS", chunk_rows * v)
+    monkeypatch.setattr(
+        loss_module, "_compiled_chunk_sums", lambda: loss_module.chunk_sums_and_gradient
+    )
+    g = torch.Generator().manual_seed(4)
+    hidden = torch.randn(8, d, generator=g, requires_grad=wanted[0])
+    weight = torch.randn(v, d, generator=g, requires_grad=wanted[1])
+    _, target = _batch()
+    target = target.reshape(-1)
+    plain = label_smoothed_loss(F.linear(hidden, weight), target, 0.1, PAD)
+    loss, nll, grad_hidden, grad_weight = loss_module._chunked_compiled(
+        hidden.detach(), weight.detach(), target, 0.1, PAD, wanted
+    )
+    assert loss.item() == pytest.approx(plain.loss.item(), rel=1e-5)
+    assert nll.item() == pytest.approx(plain.nll.item(), rel=1e-5)
+    asked = [t for t, want in zip([hidden, weight], wanted, strict=True) if want]
+    expected = iter(torch.autograd.grad(plain.loss, asked))
+    for got, want in zip([grad_hidden, grad_weight], wanted, strict=True):
+        if not want:
+            assert got is None
+            continue
+        torch.testing.assert_close(got, next(expected), rtol=1e-5, atol=1e-6)
+    if wanted[0]:
+        assert (grad_hidden[target == PAD] == 0).all()

@@ -99,18 +99,24 @@ def projected_label_smoothed_loss(
     q')^T hidden are summed chunk by chunk and the logits are dropped. The same products as the
     plain path, in chunks of one size whatever the batch, so the allocator reuses its blocks.
 
-    Float32 on the CPU only. A GPU takes the plain path, `fused` or not: chunks sized for a CPU's
-    caches were a few hundred kernel launches an update there, and at the paper's vocabulary of
-    37,000 they took 66 ms of `base`'s 210 ms update (benchmarks/SPEED.md, GPU); so do
-    half-precision `hidden`s.
+    Float32 on the CPU. A GPU (or half-precision `hidden`) training through the compiled code
+    (`fused`) takes `_chunked_compiled`: chunks of `COMPILED_CHUNK_LOGITS`, padding rows kept, each
+    chunk's sums and gradient one compiled function. Otherwise the plain path: chunks sized for a
+    CPU's caches were a few hundred kernel launches an update on a GPU, and at the paper's
+    vocabulary of 37,000 they took 66 ms of `base`'s 210 ms update (benchmarks/SPEED.md, GPU).
     """
     on_cpu = hidden.device.type == "cpu"
-    if not on_cpu or hidden.dtype != torch.float32 or weight.dtype != torch.float32:
-        return label_smoothed_loss(linear(hidden, weight), target, eps, pad, fused)
+    training = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     flat, flat_target = hidden.reshape(-1, hidden.size(-1)), target.reshape(-1)
+    if not on_cpu or hidden.dtype != torch.float32 or weight.dtype != torch.float32:
+        if not (fused and training):
+            return label_smoothed_loss(linear(hidden, weight), target, eps, pad, fused)
+        loss, nll = _ProjectedLoss.apply(flat, weight, flat_target, eps, pad, _chunked_compiled)
+        # a count on the GPU, read only when asked: the host never waits on it mid-update
+        return LossSums(loss=loss, nll=nll, scored=(flat_target != pad).sum())
     n_tokens = int((flat_target != pad).sum())
-    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        loss, nll = _ProjectedLoss.apply(flat, weight, flat_target, eps, pad)
+    if training:
+        loss, nll = _ProjectedLoss.apply(flat, weight, flat_target, eps, pad, _chunked)
     else:  # validation: the sums alone
         loss, nll, _, _ = _chunked(flat, weight, flat_target, eps, pad, (False, False))
     return LossSums(loss=loss, nll=nll, scored=n_tokens)
@@ -166,13 +172,77 @@ def _chunked(
     return loss, nll_sum, grad_hidden, grad_weight
 
 
+# Logits projected at a time by `_chunked_compiled`: 2^27 (256 MiB in bfloat16, ~3,600 rows at
+# 37,000 words), so that the products stay large and an update of 25,000 tokens takes ~7 chunks.
+COMPILED_CHUNK_LOGITS = 1 << 27
+
+
+def _chunked_compiled(
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, pad: int, wanted: tuple
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """`_chunked` for a GPU: no row is dropped (finding the padding rows would make the host wait
+    for the GPU), and each chunk's sums and gradient are one compiled function, one pass to
+    reduce the logits and one to write p - q' in their precision. The logits and their gradient
+    exist a chunk at a time, never for the whole batch (1.7 GB each for 25,000 tokens at 37,000
+    words in bfloat16), and the plain path's separate passes of the forward and the backward over
+    them are gone. Products in the autocast precision, where autocast is on."""
+    device = hidden.device.type
+    low = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+    low_weight = weight.to(low)
+    grad_hidden = torch.empty_like(hidden) if wanted[0] else None
+    grad_weight = torch.zeros_like(weight) if wanted[1] else None
+    loss, nll = hidden.new_zeros((), dtype=torch.float32), hidden.new_zeros((), dtype=torch.float32)
+    sums = _compiled_chunk_sums()
+    rows = max(1, COMPILED_CHUNK_LOGITS // weight.size(0))
+    for start in range(0, hidden.size(0), rows):
+        h = hidden[start : start + rows].to(low)
+        chunk_loss, chunk_nll, grad = sums(
+            h @ low_weight.t(), target[start : start + rows], eps, pad
+        )
+        loss, nll = loss + chunk_loss, nll + chunk_nll
+        if grad_hidden is not None:
+            grad_hidden[start : start + rows] = grad @ low_weight
+        if grad_weight is not None:
+            grad_weight += grad.t() @ h  # (V, d)
+    return loss, nll, grad_hidden, grad_weight
+
+
+def chunk_sums_and_gradient(
+    logits: Tensor, target: Tensor, eps: float, pad: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(summed loss, summed nll, d loss / d logits) of logits (r, V), target (r,): the sums as
+    `smoothed_sums`, read from the normaliser lse (-log p(y) = lse - x_y), and the gradient
+    p - q' (zero on padding rows) in the logits' precision."""
+    x = logits.float()
+    lse = torch.logsumexp(x, dim=-1, keepdim=True)
+    scored = (target != pad).unsqueeze(-1)
+    nll = lse - x.gather(-1, target.unsqueeze(-1))
+    loss = (1.0 - eps) * nll + eps * (lse - x.mean(dim=-1, keepdim=True))
+    vocab_size = x.size(-1)
+    words = torch.arange(vocab_size, device=x.device)
+    smoothed = torch.where(
+        words == target.unsqueeze(-1), 1.0 - eps + eps / vocab_size, eps / vocab_size
+    )
+    grad = (torch.exp(x - lse) - smoothed).masked_fill(~scored, 0.0)
+    return (
+        loss.masked_fill(~scored, 0.0).sum(),
+        nll.masked_fill(~scored, 0.0).sum(),
+        grad.to(logits.dtype),
+    )
+
+
+@functools.cache
+def _compiled_chunk_sums():
+    return torch.compile(chunk_sums_and_gradient, dynamic=True)
+
+
 class _ProjectedLoss(torch.autograd.Function):
     """(summed smoothed loss, summed nll) of hidden @ weight^T; the gradients are found in the
-    forward pass (see `projected_label_smoothed_loss`) and scaled in the backward."""
+    forward pass by `chunks` (`_chunked` or `_chunked_compiled`) and scaled in the backward."""
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, eps: float, pad: int):
-        loss, nll, ctx.grad_hidden, ctx.grad_weight = _chunked(
+    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, eps: float, pad: int, chunks):
+        loss, nll, ctx.grad_hidden, ctx.grad_weight = chunks(
             hidden, weight, target, eps, pad, ctx.needs_input_grad[:2]
         )
         ctx.mark_non_differentiable(nll)
@@ -186,6 +256,7 @@ class _ProjectedLoss(torch.autograd.Function):
         return (
             None if grad_hidden is None else grad_hidden.mul_(grad_loss),
             None if grad_weight is None else grad_weight.mul_(grad_loss),
+            None,
             None,
             None,
             None,
