@@ -64,12 +64,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as run:
         data, device = PreparedData.load(args.prepared), pick_device("cpu")
         trainer = Trainer(config, data, Path(run), resume=False, device=device)
-        sampler = trainer.sampler
-        epochs = itertools.chain.from_iterable(sampler.batches(e) for e in itertools.count())
-        groups = [[b] for b in itertools.islice(epochs, args.updates)]
+        epochs = itertools.chain.from_iterable(trainer.epochs.batches(e) for e in itertools.count())
+        groups = [[pairs] for pairs in itertools.islice(epochs, args.updates)]
         padding = real = 0
-        for (indices,) in groups:
-            batch = trainer._collate(trainer.data.split("train").pairs(indices))
+        for (pairs,) in groups:
+            batch = trainer._collate(pairs)
             real += batch.n_tgt_tokens
             padding += batch.tgt_out.numel() - batch.n_tgt_tokens
         first_timed = len(groups) - args.timed if args.timed else 10

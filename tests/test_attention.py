@@ -181,6 +181,7 @@ def test_on_a_gpu_attention_never_takes_cudnns_kernel(monkeypatch):
         return fused(*args, **kwargs)
 
     monkeypatch.setattr(attention, "fused_kernels", lambda device: choose(cuda))  # as on a GPU
+    monkeypatch.setattr(attention, "EXPLICIT_TRAINING_SPAN", 0)  # a GPU trains on the kernel
     monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
     model = tiny_model().train()
     model(torch.tensor([[4, 5, 6, 3]]), torch.tensor([[2, 7, 8]]))
@@ -198,3 +199,55 @@ def test_a_training_step_on_a_gpu_runs_no_cudnn_attention():
     names = {event.name for event in profile.events()}
     assert any("attention" in name for name in names)
     assert not any("cudnn_attention" in name for name in names)
+
+
+def _recorded_paths(monkeypatch) -> list[str]:
+    """Which way each attention call went from here on: "explicit" or "kernel"."""
+    paths, reference, kernel = [], attention.attention_reference, F.scaled_dot_product_attention
+
+    def explicit(*args, **kwargs):
+        paths.append("explicit")
+        return reference(*args, **kwargs)
+
+    def fused(*args, **kwargs):
+        paths.append("kernel")
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "attention_reference", explicit)
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", fused)
+    return paths
+
+
+@pytest.mark.parametrize(("span", "way"), [(3, "explicit"), (32, "explicit"), (33, "kernel")])
+def test_cpu_training_takes_the_explicit_formula_up_to_32_positions_and_the_kernel_beyond(
+    monkeypatch, span, way
+):
+    paths = _recorded_paths(monkeypatch)
+    layer = MultiHeadAttention(d_model=8, h=2, d_k=4, d_v=4).train()
+    x = torch.randn(2, span, 8)
+    layer(x, *layer.project_kv(x), None, True)
+    layer(x[:, :2], *layer.project_kv(x))  # 2 queries over `span` keys: the longer side counts
+    with torch.no_grad():  # training mode without gradients (dev loss): the kernel
+        layer(x, *layer.project_kv(x))
+    assert paths == [way, way, "kernel"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_explicit_path_trains_as_the_kernel_does(monkeypatch, causal):
+    """Outputs and every gradient the same either way, with padding or the causal mask."""
+    results = {}
+    for span in (0, 100):  # the kernel always, the explicit formula always
+        monkeypatch.setattr(attention, "EXPLICIT_TRAINING_SPAN", span)
+        torch.manual_seed(3)
+        layer = MultiHeadAttention(d_model=12, h=3, d_k=4, d_v=5).double().train()
+        x = torch.randn(3, 6, 12, dtype=torch.float64, requires_grad=True)
+        mask = (
+            None
+            if causal
+            else torch.arange(6)[None, None, None, :] < torch.tensor([6, 4, 1])[:, None, None, None]
+        )
+        out, _ = layer(x, *layer.project_kv(x), mask, causal)
+        out.pow(2).sum().backward()
+        results[span] = [out, x.grad, *(p.grad for p in layer.parameters())]
+    for explicit, fused in zip(results[100], results[0], strict=True):
+        torch.testing.assert_close(explicit, fused)

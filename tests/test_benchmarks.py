@@ -19,6 +19,10 @@ ALL_OPTIONS = [
     "--sdpa",
     "math",
     "--cuda-graphs",
+    "--loss-form",
+    "logits",
+    "--inductor",
+    "split_reductions=False",
 ]
 
 
@@ -40,4 +44,19 @@ def test_the_gpu_speed_benchmark_runs_the_trainers_own_update(tmp_path, options)
     given = bool(options)
     assert row["updates_timed"] == 2
     assert row["sync_each_update"] == row["seen_shapes"] == row["cuda_graphs"] == given
+    assert row["loss_form"] == ("logits" if given else "chunked")
+    assert row["inductor"] == (["split_reductions=False"] if given else [])
     assert ("aten::" in done.stdout) == given  # the profile was printed
+
+
+def test_the_training_step_benchmark_runs_the_trainers_own_update(tmp_path):
+    """train_step.py, the CPU's A/B of a change to the update, on a toy dataset: it went
+    unnoticed for sessions that it no longer ran against the Trainer's epochs."""
+    from .conftest import prepared_reverse_task
+
+    data = prepared_reverse_task(tmp_path, n_train=300, n_dev=10)
+    command = [sys.executable, str(ROOT / "benchmarks" / "train_step.py"), "--prepared", str(data)]
+    command += ["--preset", "tiny", "--updates", "4", "--timed", "2", "--threads", "1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "target tokens/s over 2 updates" in done.stdout

@@ -65,7 +65,8 @@ def test_compiled_layers_train_as_the_written_ones(compiled_calls):
             sums.loss.backward()
             model.loss = sums.loss.item()
         assert compiled.loss == pytest.approx(written.loss, rel=1e-5)
-        torch.testing.assert_close(_gradients(compiled), _gradients(written), rtol=1e-4, atol=1e-6)
+        # float32 rounding apart: Inductor fuses the explicit attention's softmax and its backward
+        torch.testing.assert_close(_gradients(compiled), _gradients(written), rtol=1e-4, atol=1e-5)
     assert len(compiled_calls) == 2 * 4  # every layer, every batch, through the compiled code
 
 

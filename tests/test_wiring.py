@@ -167,18 +167,22 @@ def test_dropout_is_on_at_the_embeddings_every_sublayer_and_the_ffn_in_training_
         assert evaluation and not any(changed for _, _, changed in evaluation), name
 
 
-def test_attention_dropout_reaches_every_attention_kernel_in_training_only(
-    data, tmp_path, monkeypatch
-):
+def test_attention_dropout_reaches_every_attention_in_training_only(data, tmp_path, monkeypatch):
     trainer = _trainer(data, tmp_path / "run", **{"model.attention_dropout": 0.25})
     seen: list[tuple[bool, float]] = []
     kernel = attention_module.F.scaled_dot_product_attention
+    explicit = attention_module.attention_reference
 
     def recording_kernel(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
         seen.append((torch.is_grad_enabled(), dropout_p))
         return kernel(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
 
+    def recording_explicit(q, k, v, mask, dropout=0.0):  # short spans, and decoding's steps
+        seen.append((torch.is_grad_enabled(), dropout))
+        return explicit(q, k, v, mask, dropout)
+
     monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", recording_kernel)
+    monkeypatch.setattr(attention_module, "attention_reference", recording_explicit)
     trainer.run()
     training = [p for grad, p in seen if grad]
     evaluation = [p for grad, p in seen if not grad]

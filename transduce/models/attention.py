@@ -25,6 +25,10 @@ from .matmul import Linear, linear
 GPU_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
+# The longest span (queries or keys) that CPU training attends to with the explicit formula.
+EXPLICIT_TRAINING_SPAN = 32
+
+
 def fused_kernels(device: torch.device) -> AbstractContextManager:
     """Where `scaled_dot_product_attention` on `device` may choose from: `GPU_KERNELS` on a GPU.
     Entered in the code that calls it, so that a compiled graph holds the choice too."""
@@ -130,6 +134,18 @@ class MultiHeadAttention(nn.Module):
         (B, h, Tk, .); mask, is_causal and need_weights as there."""
         return self.attend(self.project_q(x), k, v, *options, **named)
 
+    def _explicit_is_faster(self, n_queries: int, n_keys: int, device: torch.device) -> bool:
+        """Whether the explicit formula beats the fused kernel on a CPU (GPUs keep the kernel).
+        Step-by-step decoding (one new position per row): 1.5x (self-) and 2.5x (cross-attention)
+        faster. Training over short spans (most of Multi30k's batches): forward and backward
+        together 1.1-3.7x faster up to `EXPLICIT_TRAINING_SPAN` positions, slower from 48-96 on,
+        the update 1.03-1.09x faster (benchmarks/SPEED.md, session 27)."""
+        if device.type != "cpu":
+            return False
+        if not self.training:
+            return n_queries == 1
+        return torch.is_grad_enabled() and max(n_queries, n_keys) <= EXPLICIT_TRAINING_SPAN
+
     def attend(
         self,
         q: Tensor,
@@ -152,11 +168,7 @@ class MultiHeadAttention(nn.Module):
             q = q.reshape(k.size(0), group, self.h, n_queries, self.d_k).transpose(1, 2)
             q = q.reshape(k.size(0), self.h, group * n_queries, self.d_k)
         dropout = self.dropout if self.training else 0.0
-        # Step-by-step decoding on a CPU (one new position per row): at these tiny shapes the
-        # explicit formula is 1.5x (self-) and 2.5x (cross-attention) faster than the fused
-        # kernel (benchmarks/SPEED.md); training and GPUs keep the fused kernel.
-        one_step_on_cpu = n_queries == 1 and not self.training and q.device.type == "cpu"
-        if need_weights or one_step_on_cpu:
+        if need_weights or self._explicit_is_faster(n_queries, k.size(2), q.device):
             if is_causal:
                 mask = causal_mask(q.size(2), k.size(2), q.device)
             out, weights = attention_reference(q, k, v, mask, dropout)

@@ -1,0 +1,53 @@
+"""Session 27's in-process A/B of CPU training's explicit-formula span (SPEED.md, session 27).
+
+    python benchmarks/runs/speed/s27-interleave.py PRESET UPDATES [key=value ...]
+
+The Trainer's own update on Multi30k's first UPDATES batches (bench/data10k), blocks of 5
+updates alternating `attention.EXPLICIT_TRAINING_SPAN` 0 (the kernel always) and 32: both see
+the same mix of batch shapes and the same minutes of the host's drift. The first 10 untimed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import transduce.models.attention as attention
+from transduce.config import override
+from transduce.data.dataset import PreparedData
+from transduce.presets import preset
+from transduce.runtime import pick_device
+from transduce.training.loop import Trainer
+
+DATA = "/work/bench/data10k"
+
+
+def main() -> None:
+    name, updates = sys.argv[1], int(sys.argv[2])
+    settings = dict(item.split("=", 1) for item in sys.argv[3:])
+    config = override(preset(name), {"train.threads": "2", **settings})
+    with tempfile.TemporaryDirectory() as run:
+        data, device = PreparedData.load(DATA), pick_device("cpu")
+        trainer = Trainer(config, data, Path(run), resume=False, device=device)
+        batches = itertools.chain.from_iterable(
+            trainer.epochs.batches(e) for e in itertools.count()
+        )
+        spent = {0: [0, 0.0], 32: [0, 0.0]}  # span: [target tokens, seconds]
+        for i, pairs in enumerate(itertools.islice(batches, updates)):
+            span = (0, 32)[(i // 5) % 2]
+            attention.EXPLICIT_TRAINING_SPAN = span
+            start = time.perf_counter()
+            tokens = trainer._update([pairs], trainer._rate(0.0)).tgt_tokens
+            if i >= 10:
+                spent[span][0] += tokens
+                spent[span][1] += time.perf_counter() - start
+    rates = {span: tokens / seconds for span, (tokens, seconds) in spent.items()}
+    print(name, settings, {span: round(rate) for span, rate in rates.items()}, end=" ")
+    print(f"ratio 32/0: {rates[32] / rates[0]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
