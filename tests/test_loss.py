@@ -179,9 +179,10 @@ def test_the_transformer_hands_the_loss_its_last_states_and_its_output_matrix(mo
     assert sums.loss.item() == pytest.approx(plain.loss.item(), rel=1e-5)
 
 
-def test_off_the_cpu_the_loss_projects_every_row_at_once(monkeypatch):
-    """The chunks are sized for a CPU's caches; on a GPU they were hundreds of kernel launches
-    an update (benchmarks/SPEED.md), so any other device takes the plain path."""
+def test_off_the_cpu_the_loss_never_takes_the_cpus_chunks(monkeypatch):
+    """The CPU's chunks are sized for its caches; on a GPU they were hundreds of kernel launches
+    an update (benchmarks/SPEED.md), so any other device takes the plain path, or, training
+    compiled (`fused`), the compiled path's large chunks (tests/test_compiled.py)."""
     import transduce.training.loss as loss_module
 
     def no_chunks(*args):
