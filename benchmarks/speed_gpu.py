@@ -125,7 +125,7 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
     config = override(preset(name), settings)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: a dry run
     # Each preset compiles afresh: one run after another in a process met the first one's
-    # compiled graphs and their guards, and `base`, bound by the host, ran 1.3-1.6x slower
+    # compiled graphs and their guards, and `base`, bound by the host, ran 1.2-1.7x slower
     # second than first (SPEED.md, GPU, session 27).
     torch._dynamo.reset()
     if device.type == "cuda":

@@ -3,7 +3,7 @@
 # (training/loss.py `_chunked_compiled`) against the whole logits, with every attention on the
 # memory-efficient kernel (the first call's gain for `big`), and today's kernels; `base` first
 # in each process (a preset run second in one process meets the first one's compiled graphs and
-# its guards: `base`, bound by the host, ran 1.3-1.6x slower that way in the first call).
+# its guards: `base`, bound by the host, ran 1.2-1.7x slower that way in the first call).
 #     bash benchmarks/runs/speed/gpu/s27-device-2.sh     # results in $OUT or /tmp/gpu-s27-2
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu-s27-2}
