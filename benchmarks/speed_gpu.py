@@ -253,7 +253,7 @@ def main() -> None:
         inductor_config.triton.cudagraphs = True
     for setting in args.inductor:
         key, value = setting.split("=", 1)
-        inductor_config.__setattr__(key, {"True": True, "False": False}.get(value, value))
+        setattr(inductor_config, key, {"True": True, "False": False}.get(value, value))
     scratch = tempfile.TemporaryDirectory()
     prepared = args.prepared or synthesize(Path(scratch.name) / "wmt", pairs=100_000)
     data = PreparedData.load(prepared)
