@@ -182,6 +182,7 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         "seen_shapes": args.seen_shapes,
         "cuda_graphs": args.cuda_graphs,
         "loss_form": args.loss_form,
+        "stacked_products": args.stacked_products,
         "inductor": args.inductor,
         "warmup_seconds": warmup_seconds,
         "parameters": parameters,
@@ -204,8 +205,10 @@ def profile(trainer: Trainer, groups: list) -> None:
         for group in groups:
             trainer._update(group, rate=1e-4)
         synchronize()
-    for key in ("cuda_time_total", "cpu_time_total"):
-        print(profiler.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60))
+    tables = (("cuda_time_total", 25), ("self_cuda_time_total", 60), ("cpu_time_total", 25))
+    for key, rows in tables:  # the second: each kernel by its own GPU time
+        table = profiler.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=60)
+        print(table)
 
 
 def main() -> None:
@@ -226,6 +229,13 @@ def main() -> None:
         choices=["chunked", "logits"],
         default="chunked",
         help="the loss in compiled chunks (the Trainer's) or of the whole logits (before)",
+    )
+    parser.add_argument(
+        "--stacked-products",
+        choices=["on", "off"],
+        default="on",
+        help="attention's projections of one input as one product of stacked weights (the "
+        "Trainer's) or one product per layer (before)",
     )
     parser.add_argument(
         "--inductor",
@@ -261,6 +271,7 @@ def main() -> None:
     matmul = measured_matmul_tflops() if on_gpu else float("nan")
     datasheet = datasheet_tflops() if on_gpu else None
     choose_attention_kernel(args.sdpa)
+    attention.STACKED_TRAINING_DEVICES = {"cuda"} if args.stacked_products == "on" else set()
     if args.loss_form == "logits":
         loss_module.projected_label_smoothed_loss = loss_of_whole_logits
     rows = []

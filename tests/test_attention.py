@@ -147,16 +147,54 @@ def test_a_projection_swapped_for_another_kind_of_layer_keeps_its_own_product():
     torch.testing.assert_close(q, attention.project_q(x), rtol=0, atol=0)
 
 
-def test_self_attention_projects_apart_when_training_so_each_layer_gets_its_gradient():
+def _projections_and_gradients(monkeypatch, stacked: bool) -> tuple[list, int]:
+    """Self-attention's and cross-attention's projections of a layer in training, every
+    gradient after a backward through them, and how many products the projections took."""
+    monkeypatch.setattr(attention, "STACKED_TRAINING_DEVICES", {"cpu"} if stacked else set())
+    products = []
+    monkeypatch.setattr(
+        attention, "linear", lambda x, w, b: products.append(w.shape) or F.linear(x, w, b)
+    )
+    monkeypatch.setattr(
+        attention.Linear, "forward", lambda self, x: attention.linear(x, self.weight, self.bias)
+    )
     torch.manual_seed(3)
-    attention = MultiHeadAttention(d_model=8, h=2, d_k=4, d_v=4).double()
-    x = torch.randn(2, 3, 8, dtype=torch.float64)
-    q, k, v = attention.project_qkv(x)
-    out, _ = attention.attend(q, k, v)
-    out.square().sum().backward()
-    assert attention._stacked is None  # no stacked copy made for training
-    for layer in (attention.w_q, attention.w_k, attention.w_v, attention.w_o):
-        assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+    layer = MultiHeadAttention(d_model=12, h=3, d_k=2, d_v=5).double().train()
+    x = torch.randn(2, 4, 12, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(2, 6, 12, dtype=torch.float64, requires_grad=True)
+    q, k, v = layer.project_qkv(x)
+    cross_k, cross_v = layer.project_kv(memory)
+    n_products = len(products)
+    out, _ = layer.attend(q, k, v)
+    out2, _ = layer.attend(q, cross_k, cross_v)
+    (out.square().sum() + out2.pow(3).sum()).backward()
+    assert layer._stacked is None  # the decoding copy is not made or used in training
+    grads = [x.grad, memory.grad, *(p.grad for p in layer.parameters())]
+    return [q, k, v, cross_k, cross_v, out, out2, *grads], n_products
+
+
+def test_training_projects_with_stacked_weights_and_each_layer_gets_its_own_gradient(
+    monkeypatch,
+):
+    """One product for queries, keys and values (d_k apart from d_v), one for keys and values
+    of the encoder's output; values and every gradient as with each layer's own product. (A GPU
+    trains so; the CPU, where stacking did not pay, is made to here.)"""
+    stacked, stacked_products = _projections_and_gradients(monkeypatch, stacked=True)
+    apart, apart_products = _projections_and_gradients(monkeypatch, stacked=False)
+    assert (stacked_products, apart_products) == (2, 5)
+    for ours, theirs in zip(stacked, apart, strict=True):
+        assert ours is not None and ours.shape == theirs.shape
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
+    assert all(g.abs().sum() > 0 for g in stacked[7:])  # every parameter reached
+
+
+def test_training_stacks_the_projections_on_a_gpu_and_not_on_the_cpu():
+    layer = MultiHeadAttention(d_model=8, h=2, d_k=4, d_v=4)
+    layers = (layer.w_q, layer.w_k, layer.w_v)
+    assert layer._stacks_in_training(layers, torch.device("cuda", 0))
+    assert not layer._stacks_in_training(layers, torch.device("cpu"))
+    with torch.no_grad():  # decoding has its own stacked copy (`_stacked_qkv`)
+        assert not layer._stacks_in_training(layers, torch.device("cuda", 0))
 
 
 def test_on_a_gpu_attention_never_takes_cudnns_kernel(monkeypatch):

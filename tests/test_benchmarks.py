@@ -21,6 +21,8 @@ ALL_OPTIONS = [
     "--cuda-graphs",
     "--loss-form",
     "logits",
+    "--stacked-products",
+    "off",
     "--inductor",
     "split_reductions=False",
 ]
@@ -45,6 +47,7 @@ def test_the_gpu_speed_benchmark_runs_the_trainers_own_update(tmp_path, options)
     assert row["updates_timed"] == 2
     assert row["sync_each_update"] == row["seen_shapes"] == row["cuda_graphs"] == given
     assert row["loss_form"] == ("logits" if given else "chunked")
+    assert row["stacked_products"] == ("off" if given else "on")
     assert row["inductor"] == (["split_reductions=False"] if given else [])
     assert ("aten::" in done.stdout) == given  # the profile was printed
 

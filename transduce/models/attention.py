@@ -28,6 +28,17 @@ GPU_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBa
 # The longest span (queries or keys) that CPU training attends to with the explicit formula.
 EXPLICIT_TRAINING_SPAN = 32
 
+# The devices on which training projects queries, keys and values of one input with one product
+# of the stacked weights (`MultiHeadAttention._stacks_in_training`). Not the CPU: there the update
+# was 0.97x (`tiny`) and 0.99x (`small`) the speed of one product per layer (SPEED.md, s28).
+STACKED_TRAINING_DEVICES = {"cuda"}
+
+
+def _plain(layers: tuple[nn.Module, ...]) -> bool:
+    """Whether each layer's product is exactly `linear` of its weight and bias: stacking is only
+    ours to do then (not for torch.ao's quantized Linear, an adapter, a layer without bias)."""
+    return all(type(layer) is Linear and layer.bias is not None for layer in layers)
+
 
 def fused_kernels(device: torch.device) -> AbstractContextManager:
     """Where `scaled_dot_product_attention` on `device` may choose from: `GPU_KERNELS` on a GPU.
@@ -89,8 +100,14 @@ class MultiHeadAttention(nn.Module):
         return x.view(n_rows, length, self.h, -1).transpose(1, 2)
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of x (B, T, d_model): (B, h, T, d_k) and (B, h, T, d_v)."""
-        return self._heads(self.w_k(x)), self._heads(self.w_v(x))
+        """Keys and values of x (B, T, d_model): (B, h, T, d_k) and (B, h, T, d_v).
+
+        In training one product with the two weights stacked (`_stacks_in_training`)."""
+        layers = (self.w_k, self.w_v)
+        if not self._stacks_in_training(layers, x.device):
+            return self._heads(self.w_k(x)), self._heads(self.w_v(x))
+        k, v = self._stacked_product(x, layers, [self.h * self.d_k, self.h * self.d_v])
+        return k, v
 
     def project_q(self, x: Tensor) -> Tensor:
         """Queries of x (N, T, d_model): (N, h, T, d_k)."""
@@ -99,20 +116,38 @@ class MultiHeadAttention(nn.Module):
     def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values of x (N, T, d_model), for self-attention.
 
-        Without gradients (decoding) the three are one product with the weights stacked, kept
-        while they are unchanged: at beam search's 4-256 rows one product of three times the
-        width is 1.1-1.7x faster than three (benchmarks/SPEED.md). Training keeps the layers'
-        own products, whose gradients autograd takes apart. So does a layer swapped for
-        another kind (torch.ao's quantized Linear, an adapter): stacking is only ours to do
-        where each layer's product is exactly `linear` of its weight and bias.
+        The three are one product with the weights stacked. Without gradients (decoding) the
+        stacked weights are kept while they are unchanged: at beam search's 4-256 rows one
+        product of three times the width is 1.1-1.7x faster than three (benchmarks/SPEED.md).
+        In training they are stacked anew each call, autograd taking the gradient apart
+        (`_stacks_in_training`). A layer swapped for another kind keeps its own product.
         """
         layers = (self.w_q, self.w_k, self.w_v)
-        if torch.is_grad_enabled() or any(type(layer) is not Linear for layer in layers):
+        widths = [self.h * self.d_k, self.h * self.d_k, self.h * self.d_v]
+        if self._stacks_in_training(layers, x.device):
+            q, k, v = self._stacked_product(x, layers, widths)
+            return q, k, v
+        if torch.is_grad_enabled() or not _plain(layers):
             return self.project_q(x), *self.project_kv(x)
         weight, bias = self._stacked_qkv()
-        widths = [self.h * self.d_k, self.h * self.d_k, self.h * self.d_v]
         q, k, v = (self._heads(part) for part in linear(x, weight, bias).split(widths, dim=-1))
         return q, k, v
+
+    @staticmethod
+    def _stacks_in_training(layers: tuple[Linear, ...], device: torch.device) -> bool:
+        """Whether projections of one input are one product of the stacked weights, gradients
+        flowing back through the stacking: in training on `STACKED_TRAINING_DEVICES`. One
+        product of 2-3x the width instead of 2-3, and the input's gradient one product rather
+        than a sum of 2-3: fewer kernels for a GPU's update (SPEED.md, session 28)."""
+        on = device.type in STACKED_TRAINING_DEVICES
+        return on and torch.is_grad_enabled() and _plain(layers)
+
+    def _stacked_product(
+        self, x: Tensor, layers: tuple[Linear, ...], widths: list[int]
+    ) -> list[Tensor]:
+        weight = torch.cat([layer.weight for layer in layers])
+        bias = torch.cat([layer.bias for layer in layers])
+        return [self._heads(part) for part in linear(x, weight, bias).split(widths, dim=-1)]
 
     def _stacked_qkv(self) -> tuple[Tensor, Tensor]:
         layers = (self.w_q, self.w_k, self.w_v)

@@ -117,7 +117,8 @@ class EncoderLayer(nn.Module):
         self, x: Tensor, src_mask: Tensor, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         h = self.self_attn_residual.sublayer_input(x)
-        a, weights = self.self_attn(h, *self.self_attn.project_kv(h), src_mask, False, need_weights)
+        q, k, v = self.self_attn.project_qkv(h)
+        a, weights = self.self_attn.attend(q, k, v, src_mask, False, need_weights)
         x = self.self_attn_residual.add(x, a)
         x = self.ffn_residual.add(x, self.ffn(self.ffn_residual.sublayer_input(x)))
         return x, weights

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session 28's second call of the `device` tool (issue 17, target 5): after the first call
+# (s28-device.sh) found `base` waiting on the host (375 ms of host time against 204 ms of GPU
+# time for 5 updates), `base` with Inductor's C++ wrapper (kernels launched from generated C++
+# rather than Python), and `big` with the stacked projections and every attention on the
+# memory-efficient kernel (session 27's best for `big`), each first in a process of its own.
+#     bash benchmarks/runs/speed/gpu/s28-device-2.sh     # results in $OUT or /tmp/gpu-s28-2
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/gpu-s28-2}
+mkdir -p "$OUT"
+start=$(date +%s)
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+speed() {
+    local name=$1 seconds=$2
+    shift 2
+    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout "$seconds" python3 benchmarks/speed_gpu.py \
+        --wmt-lengths --updates 45 --warmup 20 --out "$OUT/$name.json" "$@" 2>&1 |
+        grep -v "warn\|^$" >"$OUT/$name.log"
+    echo "[$name, $(($(date +%s) - start)) s]"
+    grep -E "^(base|big)  |rror" "$OUT/$name.log" | cut -c1-240 | head -4
+}
+speed big-stacked-efficient 120 --presets big --sdpa efficient
+speed base-cpp-wrapper 200 --presets base --inductor cpp_wrapper=True
+speed base-stacked 100 --presets base
+echo "[done, $(($(date +%s) - start)) s]"
