@@ -197,6 +197,30 @@ def test_training_stacks_the_projections_on_a_gpu_and_not_on_the_cpu():
         assert not layer._stacks_in_training(layers, torch.device("cuda", 0))
 
 
+def test_the_encoders_self_attention_stacks_in_training_only(monkeypatch):
+    """`self_attend`: where training stacks, one product and the same values and gradients;
+    without gradients each layer's own product, so hooks on them see the encoder's inputs."""
+    torch.manual_seed(5)
+    layer = MultiHeadAttention(d_model=12, h=3, d_k=2, d_v=5).double().train()
+    x = torch.randn(2, 4, 12, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])[:, None, None, :]
+    calls = []
+    layer.w_q.register_forward_hook(lambda *_: calls.append("w_q"))
+    results = {}
+    for devices in ({"cpu"}, set()):
+        monkeypatch.setattr(attention, "STACKED_TRAINING_DEVICES", devices)
+        out, _ = layer.self_attend(x, mask)
+        grads = torch.autograd.grad(out.square().sum(), [x, *layer.parameters()])
+        results[bool(devices)] = [out, *grads]
+    assert calls == ["w_q"]  # only the unstacked run called the layer
+    for stacked, apart in zip(results[True], results[False], strict=True):
+        torch.testing.assert_close(stacked, apart, rtol=0, atol=1e-12)
+    monkeypatch.setattr(attention, "STACKED_TRAINING_DEVICES", {"cpu"})
+    with torch.no_grad():
+        layer.self_attend(x, mask)
+    assert calls == ["w_q", "w_q"]
+
+
 def test_on_a_gpu_attention_never_takes_cudnns_kernel(monkeypatch):
     """cuDNN's fused attention builds a plan for each new input shape (~6 ms a call, SPEED.md):
     on a GPU the fused call may take flash, memory-efficient or math attention, not cuDNN's; on a

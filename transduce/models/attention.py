@@ -169,6 +169,17 @@ class MultiHeadAttention(nn.Module):
         (B, h, Tk, .); mask, is_causal and need_weights as there."""
         return self.attend(self.project_q(x), k, v, *options, **named)
 
+    def self_attend(
+        self, x: Tensor, mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """The encoder's self-attention of x (B, T, d_model) under `mask`: `attend` over x's own
+        queries, keys and values. In training one product of the stacked weights where
+        `_stacks_in_training`; otherwise this module's call with each layer's own product, as
+        forward hooks on them (`transduce explain`'s test) expect."""
+        if self._stacks_in_training((self.w_q, self.w_k, self.w_v), x.device):
+            return self.attend(*self.project_qkv(x), mask, False, need_weights)
+        return self(x, *self.project_kv(x), mask, False, need_weights)
+
     def _explicit_is_faster(self, n_queries: int, n_keys: int, device: torch.device) -> bool:
         """Whether the explicit formula beats the fused kernel on a CPU (GPUs keep the kernel).
         Step-by-step decoding (one new position per row): 1.5x (self-) and 2.5x (cross-attention)

@@ -117,8 +117,7 @@ class EncoderLayer(nn.Module):
         self, x: Tensor, src_mask: Tensor, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         h = self.self_attn_residual.sublayer_input(x)
-        q, k, v = self.self_attn.project_qkv(h)
-        a, weights = self.self_attn.attend(q, k, v, src_mask, False, need_weights)
+        a, weights = self.self_attn.self_attend(h, src_mask, need_weights)
         x = self.self_attn_residual.add(x, a)
         x = self.ffn_residual.add(x, self.ffn(self.ffn_residual.sublayer_input(x)))
         return x, weights
