@@ -119,8 +119,9 @@ class MultiHeadAttention(nn.Module):
         The three are one product with the weights stacked. Without gradients (decoding) the
         stacked weights are kept while they are unchanged: at beam search's 4-256 rows one
         product of three times the width is 1.1-1.7x faster than three (benchmarks/SPEED.md).
-        In training they are stacked anew each call, autograd taking the gradient apart
-        (`_stacks_in_training`). A layer swapped for another kind keeps its own product.
+        Training on a GPU stacks them anew each call, autograd taking the gradient apart
+        (`_stacks_in_training`); CPU training, and a layer swapped for another kind, keep each
+        layer's own product.
         """
         layers = (self.w_q, self.w_k, self.w_v)
         widths = [self.h * self.d_k, self.h * self.d_k, self.h * self.d_v]
