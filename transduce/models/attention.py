@@ -130,8 +130,7 @@ class MultiHeadAttention(nn.Module):
             return q, k, v
         if torch.is_grad_enabled() or not _plain(layers):
             return self.project_q(x), *self.project_kv(x)
-        weight, bias = self._stacked_qkv()
-        q, k, v = (self._heads(part) for part in linear(x, weight, bias).split(widths, dim=-1))
+        q, k, v = self._heads_of_product(x, *self._stacked_qkv(), widths)
         return q, k, v
 
     @staticmethod
@@ -148,6 +147,12 @@ class MultiHeadAttention(nn.Module):
     ) -> list[Tensor]:
         weight = torch.cat([layer.weight for layer in layers])
         bias = torch.cat([layer.bias for layer in layers])
+        return self._heads_of_product(x, weight, bias, widths)
+
+    def _heads_of_product(
+        self, x: Tensor, weight: Tensor, bias: Tensor, widths: list[int]
+    ) -> list[Tensor]:
+        """One product with stacked weights, split by `widths` into (N, h, T, .) views."""
         return [self._heads(part) for part in linear(x, weight, bias).split(widths, dim=-1)]
 
     def _stacked_qkv(self) -> tuple[Tensor, Tensor]:

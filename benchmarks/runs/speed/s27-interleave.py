@@ -13,6 +13,7 @@ import itertools
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import transduce.models.attention as attention
@@ -25,7 +26,9 @@ from transduce.training.loop import Trainer
 DATA = "/work/bench/data10k"
 
 
-def main() -> None:
+def interleave(switch: Callable[[bool], None], labels: tuple[str, str] = ("0", "32")) -> None:
+    """Blocks of 5 updates with `switch(False)` and `switch(True)` in turn; prints target
+    tokens/s of each (under `labels`) and their ratio. PRESET, UPDATES and settings from argv."""
     name, updates = sys.argv[1], int(sys.argv[2])
     settings = dict(item.split("=", 1) for item in sys.argv[3:])
     config = override(preset(name), {"train.threads": "2", **settings})
@@ -35,18 +38,22 @@ def main() -> None:
         batches = itertools.chain.from_iterable(
             trainer.epochs.batches(e) for e in itertools.count()
         )
-        spent = {0: [0, 0.0], 32: [0, 0.0]}  # span: [target tokens, seconds]
+        spent = {False: [0, 0.0], True: [0, 0.0]}  # switched on: [target tokens, seconds]
         for i, pairs in enumerate(itertools.islice(batches, updates)):
-            span = (0, 32)[(i // 5) % 2]
-            attention.EXPLICIT_TRAINING_SPAN = span
+            on = bool((i // 5) % 2)
+            switch(on)
             start = time.perf_counter()
             tokens = trainer._update([pairs], trainer._rate(0.0)).tgt_tokens
             if i >= 10:
-                spent[span][0] += tokens
-                spent[span][1] += time.perf_counter() - start
-    rates = {span: tokens / seconds for span, (tokens, seconds) in spent.items()}
-    print(name, settings, {span: round(rate) for span, rate in rates.items()}, end=" ")
-    print(f"ratio 32/0: {rates[32] / rates[0]:.3f}")
+                spent[on][0] += tokens
+                spent[on][1] += time.perf_counter() - start
+    rates = {on: tokens / seconds for on, (tokens, seconds) in spent.items()}
+    print(name, settings, {labels[on]: round(rate) for on, rate in rates.items()}, end=" ")
+    print(f"ratio {labels[1]}/{labels[0]}: {rates[True] / rates[False]:.3f}")
+
+
+def main() -> None:
+    interleave(lambda on: setattr(attention, "EXPLICIT_TRAINING_SPAN", 32 if on else 0))
 
 
 if __name__ == "__main__":

@@ -11,15 +11,7 @@ mkdir -p "$OUT"
 start=$(date +%s)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
-speed() {
-    local name=$1 seconds=$2
-    shift 2
-    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout "$seconds" python3 benchmarks/speed_gpu.py \
-        --wmt-lengths --updates 45 --warmup 20 --out "$OUT/$name.json" "$@" 2>&1 |
-        grep -v "warn\|^$" >"$OUT/$name.log"
-    echo "[$name, $(($(date +%s) - start)) s]"
-    grep -E "^(base|big)  |rror" "$OUT/$name.log" | cut -c1-240 | head -4
-}
+source benchmarks/runs/speed/gpu/s28-speed.sh  # speed NAME SECONDS ARGS...
 speed big-stacked-efficient 120 --presets big --sdpa efficient
 speed base-cpp-wrapper 200 --presets base --inductor cpp_wrapper=True
 speed base-stacked 100 --presets base
