@@ -115,12 +115,24 @@ def update_flops(model, split, group: list[list[int]]) -> float:
     return 3 * forward_flops(model, src.tolist(), tgt.tolist())
 
 
+def src_padding(split, groups: list[list[list[int]]]) -> dict:
+    """The share of source positions that are padding, and of batches with any."""
+    batches = [split.src_lengths[indices] + 1 for group in groups for indices in group]
+    padded = sum(int(b.max()) * len(b) for b in batches)
+    real = sum(int(b.sum()) for b in batches)
+    return {
+        "positions": 1 - real / padded,
+        "batches": sum(int(b.min() != b.max()) for b in batches) / len(batches),
+    }
+
+
 def measure(data: PreparedData, name: str, precision: str, compile: str, args) -> dict:
     settings = {
         "data.max_tokens": str(args.max_tokens),
         "train.precision": precision,
         "train.compile": compile,
         "train.log_every": "1000000",
+        "data.one_source_length": str(args.one_source_length),
     }
     config = override(preset(name), settings)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: a dry run
@@ -149,6 +161,7 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         synchronize()
         collate_seconds = time.perf_counter() - collate_start
         group_flops = [update_flops(trainer.model, split, g) for g in groups]  # before the clock
+        padding = src_padding(split, groups)
         groups = [[split.pairs(indices) for indices in group] for group in groups]
         tokens, flops, start = 0, 0.0, 0.0
         warm_start = time.perf_counter()
@@ -184,6 +197,9 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         "loss_form": args.loss_form,
         "stacked_products": args.stacked_products,
         "inductor": args.inductor,
+        "one_source_length": args.one_source_length,
+        "source_mask": args.source_mask,
+        "src_padding": padding,
         "warmup_seconds": warmup_seconds,
         "parameters": parameters,
         "updates_timed": timed,
@@ -244,6 +260,21 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="Inductor settings for the run, e.g. coordinate_descent_tuning=True",
     )
+    parser.add_argument(
+        "--pairs", type=int, default=100_000, help="synthetic pairs (WMT14 en-de has 4.5M)"
+    )
+    parser.add_argument(
+        "--one-source-length",
+        action="store_true",
+        help="batches of one source length each (data.one_source_length)",
+    )
+    parser.add_argument(
+        "--source-mask",
+        choices=["when-padded", "always"],
+        default="always",
+        help="the source mask always given (the Trainer's), or left out where no source is "
+        "padded (loss.MASK_FREE_DEVICES taking in the GPU)",
+    )
     parser.add_argument("--profile", action="store_true", help="print the top operators")
     parser.add_argument("--profile-fresh", action="store_true", help="the same, on new shapes")
     parser.add_argument(
@@ -265,7 +296,9 @@ def main() -> None:
         key, value = setting.split("=", 1)
         setattr(inductor_config, key, {"True": True, "False": False}.get(value, value))
     scratch = tempfile.TemporaryDirectory()
-    prepared = args.prepared or synthesize(Path(scratch.name) / "wmt", pairs=100_000)
+    prepared = args.prepared or synthesize(Path(scratch.name) / "wmt", pairs=args.pairs)
+    if args.source_mask == "when-padded":
+        loss_module.MASK_FREE_DEVICES = {"cuda"}
     data = PreparedData.load(prepared)
     on_gpu = torch.cuda.is_available()
     matmul = measured_matmul_tflops() if on_gpu else float("nan")
@@ -305,7 +338,8 @@ def main() -> None:
         print(
             f"{r['preset']:5s} {r['precision']:13s} compiled={r['compiled']!s:5s} "
             f"sync={r['sync_each_update']!s:5s} seen={r['seen_shapes']!s:5s} "
-            f"graphs={r['cuda_graphs']!s:5s} "
+            f"graphs={r['cuda_graphs']!s:5s} one-src-len={r['one_source_length']!s:5s} "
+            f"src-mask={r['source_mask']} src-pad {r['src_padding']['positions']:.1%} "
             f"{r['target_tokens_per_s']:>9,} tgt tok/s  "
             f"{r['model_tflops']:6.1f} TFLOP/s  MFU {r['mfu_datasheet'] or 0:.1%} "
             f"({r['mfu_measured_matmul']:.1%} of measured; "

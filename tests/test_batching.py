@@ -93,6 +93,22 @@ def test_batches_group_similar_lengths_on_both_sides():
         assert padded < limit * (side + 1).sum()
 
 
+def test_batches_of_one_source_length_pad_no_source_and_keep_every_example_once():
+    src, tgt = lengths(2000)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=400, seed=0, one_source_length=True)
+    batches = sampler.batches(0)
+    assert sorted(i for b in batches for i in b) == np.flatnonzero(sampler.src <= 400).tolist()
+    for batch in batches:
+        assert len(set(src[batch])) == 1  # one source length: no source padding
+        assert (tgt[batch].max() + 1) * len(batch) <= 400 >= (src[batch].max() + 1) * len(batch)
+        pairs = [([4] * src[i], [4] * tgt[i]) for i in batch]
+        assert not collate(pairs).src_padded
+    # sorted by target length within a source length: the targets pad little too
+    padded = sum((tgt[b].max() + 1) * len(b) for b in batches)
+    assert padded < 1.12 * (tgt + 1).sum()  # 1.22 unsorted by target
+    assert sampler.batches(1) != batches  # still shuffled by epoch
+
+
 def test_fixed_seed_fixes_the_order_and_epoch_or_seed_changes_it():
     src, tgt = lengths()
     make = lambda seed: TokenBatchSampler(src, tgt, max_tokens=200, seed=seed)  # noqa: E731
@@ -153,3 +169,12 @@ def test_moving_a_batch_to_a_gpu_does_not_wait_for_the_gpu():
     queued = time.perf_counter() - start
     torch.cuda.synchronize()
     assert queued < 0.1 and torch.equal(moved.src.cpu(), batch.src)
+
+
+def test_a_batch_knows_on_the_host_whether_any_source_is_padded():
+    even = collate([([4, 5], [6]), ([7, 8], [9, 10, 11])], vocab_pad=PAD, bos=BOS, eos=EOS)
+    uneven = collate([([4, 5], [6]), ([7], [9])], vocab_pad=PAD, bos=BOS, eos=EOS)
+    assert not even.src_padded and uneven.src_padded
+    assert not even.to("cpu").src_padded and uneven.to("cpu").src_padded
+    # without counts (a batch built by hand) the tensors are counted
+    assert Batch(uneven.src, uneven.tgt_in, uneven.tgt_out, PAD).src_padded

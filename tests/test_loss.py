@@ -237,3 +237,29 @@ def test_the_compiled_path_chunks_equal_the_loss_of_the_logits(monkeypatch, chun
         torch.testing.assert_close(got, next(expected), rtol=1e-5, atol=1e-6)
     if wanted[0]:
         assert (grad_hidden[target == PAD] == 0).all()
+
+
+@pytest.mark.parametrize("mask_free", [True, False])
+@pytest.mark.parametrize("lengths", [(3, 3), (3, 1)])
+def test_the_loss_tells_the_model_whether_any_source_is_padded(monkeypatch, lengths, mask_free):
+    """`model_loss` hands the Transformer the batch's own answer on `MASK_FREE_DEVICES`: no mask
+    only where every source is of one length (a wrong promise would let real tokens attend to
+    padding); elsewhere the mask always."""
+    import transduce.training.loss as loss_module
+    from transduce.data.batching import collate
+
+    from .conftest import BOS, EOS, tiny_model
+
+    monkeypatch.setattr(loss_module, "MASK_FREE_DEVICES", {"cpu"} if mask_free else set())
+    model = tiny_model(5)
+    pairs = [([4] * n, [7, 8]) for n in lengths]
+    batch = collate(pairs, PAD, BOS, EOS)
+    seen, forward = [], model.forward
+
+    def recording(src, tgt_in, project=True, src_padded=True):
+        seen.append(src_padded)
+        return forward(src, tgt_in, project, src_padded)
+
+    model.forward = recording
+    loss_module.model_loss(model, batch, 0.1, PAD)
+    assert seen == [lengths[0] != lengths[1] or not mask_free]

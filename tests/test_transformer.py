@@ -221,3 +221,27 @@ def test_tiny_and_small_presets_have_the_published_sizes():
     assert (tiny.n_layers, tiny.d_model, tiny.h, tiny.d_ff) == (4, 128, 4, 256)
     small = preset("small").model
     assert (small.n_layers, small.d_model, small.h, small.d_ff) == (3, 256, 4, 1024)
+
+
+def test_a_source_without_padding_is_attended_without_a_mask_and_to_the_same_result(monkeypatch):
+    """`src_padded=False` (training's batches whose sources are all one length) drops the source
+    mask: the same outputs where no source is padded, the mask really gone (so a GPU can take its
+    flash kernel), and padded sources do need it: the promise is not free to make."""
+    from transduce.models.attention import MultiHeadAttention
+
+    model = tiny_model().eval()
+    unpadded = torch.tensor([[4, 5, 6, EOS], [8, 9, 10, EOS]])
+    masks, attend = [], MultiHeadAttention.attend
+
+    def recording(self, q, k, v, mask=None, *options, **named):
+        masks.append(mask)
+        return attend(self, q, k, v, mask, *options, **named)
+
+    monkeypatch.setattr(MultiHeadAttention, "attend", recording)
+    masked = model(unpadded, TGT_IN)
+    assert sum(m is not None for m in masks) == 2 * model.config.n_layers  # encoder, cross
+    masks.clear()
+    unmasked = model(unpadded, TGT_IN, src_padded=False)
+    assert all(m is None for m in masks) and len(masks) == 3 * model.config.n_layers
+    torch.testing.assert_close(unmasked, masked, rtol=0, atol=1e-6)
+    assert not torch.allclose(model(SRC, TGT_IN, src_padded=False), model(SRC, TGT_IN))

@@ -41,6 +41,12 @@ class Batch:
     def n_tgt_tokens(self) -> int:
         return self._counts()[1]
 
+    @property
+    def src_padded(self) -> bool:
+        """Whether any source is padded, from the host's count: attention over an unpadded
+        source needs no mask (and a GPU then takes its flash kernel, which takes none)."""
+        return self.n_src_tokens < self.src.numel()
+
     def _counts(self) -> tuple[int, int]:
         if self.counts is None:
             self.counts = (int((self.src != self.pad).sum()), int((self.tgt_out != self.pad).sum()))
@@ -92,6 +98,8 @@ class TokenBatchSampler:
     Lengths are subword counts without bos/eos; one token is added per side, as `collate` does.
     `batches(epoch)` is a pure function of (seed, epoch): a seeded permutation breaks length
     ties, the sorted examples are cut greedily into batches, and the batch order is shuffled.
+    `one_source_length`: every batch's sources are of one length (sorted by source, then target
+    length), so that no source is padded and attention takes no mask (`Batch.src_padded`).
     Examples too long to fit the budget alone are skipped (`n_skipped`), with a warning unless
     `warn_skipped` is false (then logged at debug level).
     """
@@ -106,6 +114,7 @@ class TokenBatchSampler:
         seed: int = 0,
         shuffle: bool = True,
         warn_skipped: bool = True,
+        one_source_length: bool = False,
     ) -> None:
         self.src = np.asarray(src_lengths, dtype=np.int64) + 1  # x + [eos]
         self.tgt = np.asarray(tgt_lengths, dtype=np.int64) + 1  # [bos] + y, and y + [eos]
@@ -115,6 +124,7 @@ class TokenBatchSampler:
             raise ValueError("max_tokens and bucket_width must be positive")
         self.max_tokens, self.bucket_width = max_tokens, bucket_width
         self.seed, self.shuffle = seed, shuffle
+        self.one_source_length = one_source_length
         self.rank, self.world = 0, 1
         fits = (self.src <= max_tokens) & (self.tgt <= max_tokens)
         self._candidates = np.flatnonzero(fits)
@@ -168,21 +178,26 @@ class TokenBatchSampler:
         # (Multi30k, 4,096 tokens: 3% target and 5% source padding, where sorting by source
         # length first pads the target side 13%). lexsort's last key is the primary one, and
         # it is stable: the permutation breaks ties.
-        longer = np.maximum(src_bucket, tgt_bucket)
-        order = order[np.lexsort((src_bucket, tgt_bucket, longer))]
+        if self.one_source_length:
+            order = order[np.lexsort((tgt_bucket, self.src[order]))]
+        else:
+            longer = np.maximum(src_bucket, tgt_bucket)
+            order = order[np.lexsort((src_bucket, tgt_bucket, longer))]
         batches = self._cut(order.tolist())
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
 
     def _cut(self, order: list[int]) -> list[list[int]]:
-        """Greedy: extend the batch while max length times size stays in budget on both sides."""
+        """Greedy: extend the batch while max length times size stays in budget on both sides
+        (and, with `one_source_length`, while the source length stays the same)."""
         src, tgt, budget = self.src.tolist(), self.tgt.tolist(), self.max_tokens
         batches, current, src_max, tgt_max = [], [], 0, 0
         for i in order:
             new_src, new_tgt = max(src_max, src[i]), max(tgt_max, tgt[i])
             size = len(current) + 1
-            if current and (new_src * size > budget or new_tgt * size > budget):
+            over = new_src * size > budget or new_tgt * size > budget
+            if current and (over or (self.one_source_length and src[i] != src_max)):
                 batches.append(current)
                 current, new_src, new_tgt = [], src[i], tgt[i]
             current.append(i)

@@ -83,6 +83,7 @@ class TrainingEpochs:
             max_tokens=self._data.max_tokens,
             bucket_width=self._data.bucket_width,
             seed=self._seed,
+            one_source_length=self._data.one_source_length,
             warn_skipped=not self._warned_of_skips,
         )
         self._warned_of_skips = True

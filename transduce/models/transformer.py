@@ -114,7 +114,7 @@ class EncoderLayer(nn.Module):
         self.ffn_residual = Residual(config.d_model, config.dropout, config.pre_norm)
 
     def forward(
-        self, x: Tensor, src_mask: Tensor, need_weights: bool = False
+        self, x: Tensor, src_mask: Tensor | None, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         h = self.self_attn_residual.sublayer_input(x)
         a, weights = self.self_attn.self_attend(h, src_mask, need_weights)
@@ -136,7 +136,7 @@ class DecoderLayer(nn.Module):
         self.ffn_residual = Residual(config.d_model, config.dropout, config.pre_norm)
 
     def forward(
-        self, x: Tensor, cache: LayerCache, src_mask: Tensor, need_weights: bool = False
+        self, x: Tensor, cache: LayerCache, src_mask: Tensor | None, need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """x (N, T, d_model) are the positions after those already in `cache`.
 
@@ -205,12 +205,17 @@ class Transformer(nn.Module):
 
     # --- the entry points of the contract -----------------------------------------------------
 
-    def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, project: bool = True, src_padded: bool = True
+    ) -> Tensor:
         """Teacher forcing: src (B, S), tgt_in (B, T) -> logits (B, T, V); `project=False`: the
         decoder's last states (B, T, d_model), for the loss to project (`output_weight`) in
-        chunks (training/loss.py)."""
-        encoded = self.encode(src)
-        out, _ = self._decode(tgt_in, self._cache(encoded, 1, for_steps=False), project=project)
+        chunks (training/loss.py). `src_padded=False` promises that no source is padded (the
+        batch's token count, known on the host, says so): attention then takes no mask, and a
+        GPU its flash kernel, which takes none."""
+        encoded, _ = self._encode(src, need_weights=False, src_padded=src_padded)
+        cache = self._cache(encoded, 1, for_steps=False)
+        out, _ = self._decode(tgt_in, cache, project=project, src_padded=src_padded)
         return out
 
     @property
@@ -253,9 +258,12 @@ class Transformer(nn.Module):
 
     # --- the stacks -------------------------------------------------------------------------
 
-    def _encode(self, src: Tensor, need_weights: bool) -> tuple[Encoded, list[Tensor]]:
+    def _encode(
+        self, src: Tensor, need_weights: bool, src_padded: bool = True
+    ) -> tuple[Encoded, list[Tensor]]:
         src_pad_mask = padding_mask(src, self.pad)
-        attn_mask = src_pad_mask[:, None, None, :]  # (B, 1, 1, S): every query, every head
+        # (B, 1, 1, S): every query, every head
+        attn_mask = src_pad_mask[:, None, None, :] if src_padded else None
         x = self.src_embed(src)
         weights = []
         for layer in self.encoder_layers:
@@ -264,12 +272,17 @@ class Transformer(nn.Module):
         return Encoded(self.encoder_norm(x), src_pad_mask), weights
 
     def _decode(
-        self, tgt_in: Tensor, cache: DecoderCache, need_weights: bool = False, project: bool = True
+        self,
+        tgt_in: Tensor,
+        cache: DecoderCache,
+        need_weights: bool = False,
+        project: bool = True,
+        src_padded: bool = True,
     ) -> tuple[Tensor, tuple[list[Tensor], list[Tensor]]]:
         # Target padding needs no mask: it comes last, so the causal mask hides it from every
         # real position, and its own outputs are never scored.
         x = self.tgt_embed(tgt_in, offset=cache.length)
-        src_mask = cache.src_pad_mask[:, None, None, :]  # (B, 1, 1, S)
+        src_mask = cache.src_pad_mask[:, None, None, :] if src_padded else None  # (B, 1, 1, S)
         self_weights, cross_weights = [], []
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
             x, w_self, w_cross = layer(x, layer_cache, src_mask, need_weights)
