@@ -17,15 +17,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 WMT=$(mktemp -d)/wmt
 python3 benchmarks/wmt_lengths.py "$WMT" --pairs "$PAIRS" >/dev/null
 echo "[synthesised $PAIRS pairs, $(($(date +%s) - start)) s]"
-speed() {
-    local name=$1 seconds=$2
-    shift 2
-    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout "$seconds" python3 benchmarks/speed_gpu.py \
-        --prepared "$WMT" --updates 45 --warmup 20 --out "$OUT/$name.json" "$@" 2>&1 |
-        grep -v "warn\|^$" >"$OUT/$name.log"
-    echo "[$name, $(($(date +%s) - start)) s]"
-    grep -E "^(base|big|tiny) |rror" "$OUT/$name.log" | cut -c1-300 | head -4
-}
+SPEED_DATA="--prepared $WMT"
+source benchmarks/runs/speed/gpu/s28-speed.sh  # speed NAME SECONDS ARGS...
 for preset in $PRESETS; do
     speed "$preset-mask-always" 110 --presets "$preset" --source-mask always
     speed "$preset-mask-when-padded" 110 --presets "$preset" --source-mask when-padded
