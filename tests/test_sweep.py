@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
@@ -268,7 +269,7 @@ def test_side_by_side_a_next_seed_waits_for_its_rows_first_and_every_seed_of_the
 
 def test_a_process_that_dies_fails_its_run_and_the_sweep_goes_on(data, tmp_path, monkeypatch):
     monkeypatch.setattr(sweep_module, "_task", dies_on_b1)  # sent by name to the processes
-    rows = ["B1", "base", "D3", "E1"]  # base ends first, then B1 dies while D3 runs beside it
+    rows = ["B1", "base", "D3", "E1"]  # base ends, D3 starts, then B1 dies while D3 runs
     results = sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=rows, jobs=2)
     died = "its process died; run the sweep again to resume it"
     errors = {r.row: [run.error for run in r.runs] for r in results}
@@ -278,11 +279,39 @@ def test_a_process_that_dies_fails_its_run_and_the_sweep_goes_on(data, tmp_path,
 
 
 def dies_on_b1(config, row, seed, data_dir, run_dir, device, log_level):
+    """B1 dies once D3 has started; D3 starts only when base has ended (two at a time). Markers,
+    not sleeps: a loaded machine once let B1 die before base's result had come back."""
+    d3_started = run_dir.parent / "D3-started"
     if row == "B1":
-        time.sleep(0.5)
+        _wait_for(d3_started)
         os._exit(3)  # as the kernel's OOM killer would leave it: no exception, no result
-    time.sleep({"base": 0.0, "D3": 3.0}.get(row, 0.0))
+    if row == "D3":
+        d3_started.touch()
+        time.sleep(60)  # until the broken pool ends its process
     return RunResult(row, seed, dev_ppl=5.0, dev_score=30.0, parameters=1, updates=4, minutes=0.1)
+
+
+def test_a_pool_that_broke_since_the_last_wait_is_replaced_at_the_next_submit(
+    data, tmp_path, monkeypatch
+):  # fmt: skip
+    class BrokenPool:  # a run died after the wait returned, before the next submit
+        def submit(self, *task):
+            raise BrokenProcessPool("a child process terminated abruptly")
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            pass
+
+    pools = [sweep_module._InProcess(), BrokenPool()]
+    monkeypatch.setattr(sweep_module, "_workers", lambda jobs: pools.pop())
+    monkeypatch.setattr(sweep_module, "_task", dies_on_b1)
+    results = sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=["base"], jobs=2)
+    assert [run.error for run in results[0].runs] == [""] and not pools
+
+
+def _wait_for(path: Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def test_a_finished_run_is_kept_when_only_its_threads_change(data, tmp_path, monkeypatch,

@@ -140,7 +140,7 @@ def sweep(
     results = plan(base, rows)
     waiting = [(r, seed) for seed in range(1, seeds + 1) for r in results if r.config is not None]
     number, started = 0, time.monotonic()
-    pool, running, in_this_pool = _workers(jobs), {}, set()  # in_this_pool: not a dead pool's
+    pool, running = _workers(jobs), {}
     try:
         while waiting or running:
             while len(running) < jobs and (ready := _next_run(waiting, results, seeds,
@@ -151,10 +151,10 @@ def sweep(
                             number + len(waiting), result.row, seed, seeds)  # fmt: skip
                 config = _with_threads(override(result.config, {"train.seed": seed}), jobs)
                 run_dir = out / f"{result.row}-seed{seed}"
-                future = pool.submit(_task, config, result.row, seed, data_dir, run_dir, device,
-                                     logging.getLogger().level)  # fmt: skip
+                task = (config, result.row, seed, data_dir, run_dir, device,
+                        logging.getLogger().level)  # fmt: skip
+                future, pool = _submit(pool, jobs, task)
                 running[future] = ready
-                in_this_pool.add(future)
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 result, seed = running.pop(future)
@@ -163,9 +163,6 @@ def sweep(
                 write_report(results, base, out, description)
                 _log_progress(run, number - len(running), number + len(waiting),
                               time.monotonic() - started)  # fmt: skip
-            if any(isinstance(f.exception(), BrokenProcessPool) for f in done & in_this_pool):
-                pool.shutdown(wait=False, cancel_futures=True)
-                pool, in_this_pool = _workers(jobs), set()  # the others go on afresh
     finally:
         pool.shutdown(cancel_futures=True)
     write_report(results, base, out, description)
@@ -246,6 +243,19 @@ def _workers(jobs: int) -> _InProcess | ProcessPoolExecutor:
     return ProcessPoolExecutor(
         jobs, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1
     )
+
+
+def _submit(
+    pool: _InProcess | ProcessPoolExecutor, jobs: int, task: tuple
+) -> tuple[Future, _InProcess | ProcessPoolExecutor]:
+    """`task` submitted to `pool`, or, when a run's process has died and broken it, to a fresh
+    pool (the runs beside the dead one have failed with it): the future and the pool."""
+    try:
+        return pool.submit(_task, *task), pool
+    except BrokenProcessPool:
+        pool.shutdown(wait=False, cancel_futures=True)
+        fresh = _workers(jobs)
+        return fresh.submit(_task, *task), fresh
 
 
 def _task(
