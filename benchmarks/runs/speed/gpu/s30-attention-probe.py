@@ -18,6 +18,7 @@ Prints one line per case: milliseconds per call (median), and the kernels that t
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -66,7 +67,22 @@ def attention_case(h, d, source, target, cross, masked, device, dtype):
     else:
         q, k, v = heads(q_in, h, 3)
     mask = torch.ones(rows, 1, 1, source, dtype=torch.bool, device=device) if masked else None
-    return q, k, v, mask, (q_in, kv_in)
+    return q, k, v, mask
+
+
+def attention_step(q, k, v, mask) -> None:
+    with sdpa_kernel(GPU_KERNELS):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out.float().sum().backward()
+
+
+def layers_step(encode, decode, decoder, src, tgt, mask, dtype) -> None:
+    """One encoder layer over the sources, one decoder layer attending to it, and back."""
+    with torch.autocast(src.device.type, dtype=dtype):
+        memory, _ = encode(src, mask)
+        k, v = decoder.cross_attn.project_kv(memory)
+        out, _, _ = decode(tgt, LayerCache(k, v), mask)
+    out.float().sum().backward()
 
 
 def accepted(q, k, v, mask) -> list[str]:
@@ -87,16 +103,10 @@ def probe_attention(device, dtype, d) -> None:
             for masked in (True, False):
                 times, kernels = [], set()
                 for source, target in LENGTHS:
-                    q, k, v, mask, leaves = attention_case(
+                    q, k, v, mask = attention_case(
                         h, d, source, target, cross, masked, device, dtype
                     )
-
-                    def call():
-                        with sdpa_kernel(GPU_KERNELS):
-                            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-                        out.float().sum().backward()
-
-                    times.append(timed(call, device))
+                    times.append(timed(functools.partial(attention_step, q, k, v, mask), device))
                     kernels.update(accepted(q.detach(), k.detach(), v.detach(), mask))
                 kind = "cross" if cross else "self"
                 print(f"sdpa h={h} {kind:5} mask={'yes' if masked else 'no ':3} "
@@ -123,15 +133,8 @@ def probe_layers(device, dtype, sizes: dict[str, TransformerConfig]) -> None:
                         if masked
                         else None
                     )
-
-                    def call():
-                        with torch.autocast(device.type, dtype=dtype):
-                            memory, _ = enc(src, mask)
-                            k, v = decoder.cross_attn.project_kv(memory)
-                            out, _, _ = dec(tgt, LayerCache(k, v), mask)
-                        out.float().sum().backward()
-
-                    times.append(timed(call, device))
+                    step = functools.partial(layers_step, enc, dec, decoder, src, tgt, mask, dtype)
+                    times.append(timed(step, device))
                 print(f"layers {name:4} {'compiled' if compiled else 'eager   '} "
                       f"mask={'yes' if masked else 'no ':3} {statistics.median(times[2:]):8.2f} ms"
                       f" (first two {times[0]:.0f}, {times[1]:.0f}; graphs so far "
@@ -142,7 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry", action="store_true", help="small shapes on the CPU")
     args = parser.parse_args()
-    global TOKENS  # noqa: PLW0603 (the dry run's smaller shapes)
+    global TOKENS  # the dry run's smaller shapes
     if args.dry or not torch.cuda.is_available():
         device, dtype, TOKENS = torch.device("cpu"), torch.bfloat16, 200
         LENGTHS[:] = LENGTHS[:3]
