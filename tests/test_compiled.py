@@ -9,10 +9,12 @@ from contextlib import nullcontext
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from transduce.config import ConfigError, override
 from transduce.data.batching import collate
 from transduce.data.dataset import PreparedData
+from transduce.models.attention import EXPLICIT_TRAINING_SPAN
 from transduce.training import step as step_module
 from transduce.training.compiled import compile_layers, compiles
 from transduce.training.loop import Trainer
@@ -194,3 +196,22 @@ def test_gpu_compiled_chunks_under_autocast_give_the_logits_path_loss():
     assert compiled.loss.item() == pytest.approx(plain.loss.item(), rel=1e-2)
     for mine, theirs in zip(got, expected, strict=True):
         torch.testing.assert_close(mine.double(), theirs, rtol=0.05, atol=0.02)
+
+
+def test_compiled_layers_trace_whole_over_new_lengths(monkeypatch):
+    """Over dynamic shapes no layer's graph breaks: a decoder's causal flag computed from its
+    length was a symbolic bool, which the fused kernel refuses, and every decoder layer ran as two
+    graphs around an eager attention (found on an H200, session 31). Lengths past the CPU's
+    explicit-attention span, so the CPU takes the fused kernel as a GPU does."""
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda f, **o: real_compile(f, backend="eager", **o))
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny_model(dtype=torch.float32).train()
+    compile_layers(model)
+    for length in (EXPLICIT_TRAINING_SPAN + 5, EXPLICIT_TRAINING_SPAN + 9):
+        pairs = [([4 + i % 8 for i in range(length - 3)], [5] * length), ([6] * length, [7] * 9)]
+        batch = collate(pairs, PAD, BOS, EOS)
+        model_loss(model, batch, 0.1, PAD).loss.backward()
+    assert counters["stats"]["unique_graphs"] >= 2  # the layers did go through the compiler
+    assert dict(counters["graph_break"]) == {}

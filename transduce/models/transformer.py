@@ -146,7 +146,10 @@ class DecoderLayer(nn.Module):
         q, k, v = self.self_attn.project_qkv(h)
         k, v = cache.append(k, v)
         # A single new position may see every earlier one: no mask, the kernel's fastest case.
-        is_causal = x.size(1) > 1
+        # A branch, so a Python bool even compiled over dynamic shapes: `bool(x.size(1) > 1)` stays
+        # a SymBool there, which the kernel refuses, and the graph broke around every decoder
+        # self-attention (tests/test_compiled.py).
+        is_causal = True if x.size(1) > 1 else False  # noqa: SIM210
         if is_causal and k.size(2) != x.size(1):
             raise ValueError("several new positions after a non-empty cache are not supported")
         a, self_weights = self.self_attn.attend(q, k, v, None, is_causal, need_weights)

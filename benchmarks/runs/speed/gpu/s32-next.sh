@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# For the next session lent a GPU (issue 17, target 5). Session 31 found on an H200 that without
+# a mask the flash kernel takes 26% of `big`'s GPU time and is slower than the memory-efficient
+# kernel with a mask (h = 16: 1.79 against 0.94 ms a call, forward and backward); yet `base` on
+# batches of one source length, mask-free, was 1.19x its masked run. So: mask-free on the
+# memory-efficient kernel (`--sdpa efficient`) beside the Trainer's masked runs, `big` and `base`,
+# each in a process of its own (20 updates of warm-up, 25 timed, new shapes), 2M pairs (~6 min).
+#     bash benchmarks/runs/speed/gpu/s32-next.sh     # results in $OUT or /tmp/gpu-s32
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/gpu-s32}
+mkdir -p "$OUT"
+start=$(date +%s)
+WMT=$(mktemp -d)/wmt
+python3 benchmarks/wmt_lengths.py "$WMT" --pairs 2000000 >/dev/null
+echo "[synthesised, $(($(date +%s) - start)) s]"
+SPEED_DATA="--prepared $WMT"
+source benchmarks/runs/speed/gpu/s28-speed.sh  # speed NAME SECONDS ARGS...
+for preset in big base; do
+    speed "$preset-mask-always" 95 --presets "$preset" --source-mask always
+    speed "$preset-one-source-length-efficient" 95 --presets "$preset" --one-source-length \
+        --source-mask when-padded --sdpa efficient
+done
