@@ -6,6 +6,8 @@
 # memory-efficient kernel (`--sdpa efficient`) beside the Trainer's masked runs, `big` and `base`,
 # each in a process of its own (20 updates of warm-up, 25 timed, new shapes), 2M pairs (~6 min).
 #     bash benchmarks/runs/speed/gpu/s32-next.sh     # results in $OUT or /tmp/gpu-s32
+# Then, as a second call at once (the machine waits 30 s idle), the ceiling of CUDA graphs for
+# `base` (~4 min): python3 benchmarks/runs/speed/gpu/s31-graphs-probe.py
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu-s32}
 mkdir -p "$OUT"
