@@ -1,6 +1,7 @@
-# Sourced by s28-device.sh, s28-device-2.sh and s29-device.sh: `speed NAME SECONDS ARGS...` runs
-# speed_gpu.py on new shapes (20 updates of warm-up, 25 timed) in a process of its own, with an
-# Inductor cache of its own, into $OUT/NAME.{json,log}, and prints its row; $start is the call's.
+# Sourced by s28-device.sh, s28-device-2.sh, s29-device.sh, s31-device.sh and s32-next.sh:
+# `speed NAME SECONDS ARGS...` runs speed_gpu.py on new shapes (20 updates of warm-up, 25 timed)
+# in a process of its own, with an Inductor cache of its own, into $OUT/NAME.{json,log}, and
+# prints its row; $start is the call's.
 # The pairs: $SPEED_DATA's arguments (default `--wmt-lengths`, synthesised in each process).
 speed() {
     local name=$1 seconds=$2
@@ -11,4 +12,13 @@ speed() {
         grep -v "warn\|^$" >"$OUT/$name.log"
     echo "[$name, $(($(date +%s) - start)) s]"
     grep -E "^(base|big|tiny) |rror" "$OUT/$name.log" | cut -c1-300 | head -4
+}
+
+# `pairs N`: N synthetic pairs of WMT14 lengths prepared once for the call's runs ($SPEED_DATA).
+pairs() {
+    local wmt
+    wmt=$(mktemp -d)/wmt
+    python3 benchmarks/wmt_lengths.py "$wmt" --pairs "$1" >/dev/null
+    SPEED_DATA="--prepared $wmt"
+    echo "[synthesised $1 pairs, $(($(date +%s) - start)) s]"
 }

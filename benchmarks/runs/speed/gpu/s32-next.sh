@@ -12,11 +12,8 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu-s32}
 mkdir -p "$OUT"
 start=$(date +%s)
-WMT=$(mktemp -d)/wmt
-python3 benchmarks/wmt_lengths.py "$WMT" --pairs 2000000 >/dev/null
-echo "[synthesised, $(($(date +%s) - start)) s]"
-SPEED_DATA="--prepared $WMT"
-source benchmarks/runs/speed/gpu/s28-speed.sh  # speed NAME SECONDS ARGS...
+source benchmarks/runs/speed/gpu/s28-speed.sh  # speed NAME SECONDS ARGS...; pairs N
+pairs 2000000
 for preset in big base; do
     speed "$preset-mask-always" 95 --presets "$preset" --source-mask always
     speed "$preset-one-source-length-efficient" 95 --presets "$preset" --one-source-length \
