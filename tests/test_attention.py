@@ -313,3 +313,20 @@ def test_the_explicit_path_trains_as_the_kernel_does(monkeypatch, causal):
         results[span] = [out, x.grad, *(p.grad for p in layer.parameters())]
     for explicit, fused in zip(results[100], results[0], strict=True):
         torch.testing.assert_close(explicit, fused)
+
+
+def test_decoding_takes_the_explicit_formula_for_one_new_position_and_the_kernel_for_more(
+    monkeypatch,
+):
+    """Out of training on a CPU, one query per row (a decoding step, beams counted per row, not
+    as the g queries they are grouped into) is 1.5-2.5x faster written out; several positions
+    (teacher forcing, scoring) keep the kernel, and so do GPUs (SPEED.md, session 27)."""
+    paths = _recorded_paths(monkeypatch)
+    torch.manual_seed(6)
+    layer = MultiHeadAttention(d_model=8, h=2, d_k=4, d_v=4).eval()
+    k, v = layer.project_kv(torch.randn(2, 5, 8))
+    layer(torch.randn(2, 1, 8), k, v)  # a step, one row per sentence
+    layer(torch.randn(6, 1, 8), k, v)  # a step of 3 beams per sentence
+    layer(torch.randn(2, 4, 8), k, v)  # 4 positions of each sentence at once
+    assert paths == ["explicit", "explicit", "kernel"]
+    assert not layer._explicit_is_faster(1, 5, torch.device("cuda"))

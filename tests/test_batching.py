@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 
@@ -178,3 +179,29 @@ def test_a_batch_knows_on_the_host_whether_any_source_is_padded():
     assert not even.to("cpu").src_padded and uneven.to("cpu").src_padded
     # without counts (a batch built by hand) the tensors are counted
     assert Batch(uneven.src, uneven.tgt_in, uneven.tgt_out, PAD).src_padded
+
+
+@pytest.mark.parametrize("one_source_length", [False, True])
+@pytest.mark.parametrize("width", [1, 4])
+def test_the_cut_is_greedy_no_two_neighbouring_batches_would_fit_together(one_source_length, width):
+    """A batch closes only when the next example would break the budget (or, with
+    `one_source_length`, bring another source length), so updates are as full as the sort allows.
+    Unshuffled, the batches come in sorted order: neighbours (of one source length) never fit
+    the budget together, which a sort that scatters a source length over many batches breaks.
+    The two sides' lengths are drawn apart, so that a long target may come before short ones."""
+    src, tgt = np.random.default_rng(1).integers(0, 60, (2, 2000))
+    sampler = TokenBatchSampler(
+        src,
+        tgt,
+        max_tokens=400,
+        bucket_width=width,
+        shuffle=False,
+        one_source_length=one_source_length,
+    )
+    groups = {}
+    for batch in sampler.batches(0):  # each source length's batches, in order
+        groups.setdefault(src[batch[0]] if one_source_length else None, []).append(batch)
+    for group in groups.values():
+        for first, second in itertools.pairwise(group):
+            both = first + second
+            assert max(src[both].max(), tgt[both].max()) + 1 > 400 // len(both), (first, second)

@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -263,3 +265,28 @@ def test_the_loss_tells_the_model_whether_any_source_is_padded(monkeypatch, leng
     model.forward = recording
     loss_module.model_loss(model, batch, 0.1, PAD)
     assert seen == [lengths[0] != lengths[1] or not mask_free]
+
+
+def test_an_unpadded_batch_keeps_its_source_mask_on_a_gpu_too():
+    """No device drops the mask yet (`MASK_FREE_DEVICES`): on an H200 unmasked batches of one
+    source length took `big` onto the flash kernel, 0.88x its masked update (SPEED.md, session
+    31), so a GPU batch without source padding is handed over with its mask, as on the CPU. To
+    change on purpose, with a measurement."""
+    import transduce.training.loss as loss_module
+
+    class States(torch.nn.Module):  # a Transformer's side of `model_loss`, recording the promise
+        def __init__(self):
+            super().__init__()
+            self.output_weight = torch.nn.Parameter(torch.randn(6, 4))
+            self.seen = []
+
+        def forward(self, src, tgt_in, project=True, src_padded=True):
+            self.seen.append(src_padded)
+            return torch.randn(*tgt_in.shape, 4)
+
+    network, target = States(), torch.tensor([[4, 5, 3]])
+    for device in ("cuda", "cpu"):
+        src = SimpleNamespace(device=torch.device(device))  # all `model_loss` reads of it
+        batch = SimpleNamespace(src=src, tgt_in=target, tgt_out=target, src_padded=False)
+        loss_module.model_loss(network, batch, 0.1, PAD)
+    assert network.seen == [True, True]

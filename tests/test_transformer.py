@@ -3,6 +3,7 @@ import math
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from transduce.models import count_parameters
 from transduce.models.transformer import Transformer, sinusoidal_positions
@@ -245,3 +246,37 @@ def test_a_source_without_padding_is_attended_without_a_mask_and_to_the_same_res
     assert all(m is None for m in masks) and len(masks) == 3 * model.config.n_layers
     torch.testing.assert_close(unmasked, masked, rtol=0, atol=1e-6)
     assert not torch.allclose(model(SRC, TGT_IN, src_padded=False), model(SRC, TGT_IN))
+
+
+def test_several_new_positions_after_a_non_empty_cache_are_refused(model):
+    """The fused kernel's causal mask starts at the first key, not at the first new position: a
+    block of new positions after cached ones would attend to the wrong keys, silently. Only an
+    empty cache (teacher forcing, a forced prefix) takes several positions at once."""
+    cache = model.init_cache(model.encode(SRC))
+    model._decode(TGT_IN[:, :2], cache)
+    with pytest.raises(ValueError, match="several new positions after a non-empty cache"):
+        model._decode(TGT_IN[:, 2:4], cache)
+    model.step(TGT_IN[:, 2:3], cache)  # one position at a time goes on
+
+
+def test_a_reorder_in_search_selects_straight_into_the_buffer_with_room(model):
+    """Under search's `no_grad` the kept keys and values are selected straight into the buffer
+    with room for the next position (`out=`): no temporary that is then copied in again."""
+
+    class Selections(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.into_buffer = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in (torch.index_select, torch.Tensor.index_select):
+                self.into_buffer.append("out" in kwargs)
+            return func(*args, **kwargs)
+
+    with torch.no_grad():
+        cache = model.init_cache(model.encode(SRC), group=2)
+        model.step(TGT_IN[:, :1].repeat_interleave(2, dim=0), cache)
+        with Selections() as selections:  # beams swapped within each sentence
+            cache.reorder(torch.tensor([1, 0, 3, 2]))
+    assert selections.into_buffer == [True] * (2 * model.config.n_layers)
