@@ -22,3 +22,12 @@ pairs() {
     SPEED_DATA="--prepared $wmt"
     echo "[synthesised $1 pairs, $(($(date +%s) - start)) s]"
 }
+
+# `begin DEFAULT_OUT`: a call's setting-up: the project on the path, $OUT (DEFAULT_OUT unless set)
+# made, and the call's clock ($start) started.
+begin() {
+    export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+    OUT=${OUT:-$1}
+    mkdir -p "$OUT"
+    start=$(date +%s)
+}

@@ -6,11 +6,8 @@
 # without a mask, each in a process of its own (20 updates of warm-up, 25 timed, new shapes) on
 # 2M synthetic pairs of WMT lengths; then the layer probe again, recompilations logged.
 #     bash benchmarks/runs/speed/gpu/s31-device.sh     # results in $OUT or /tmp/gpu-s31
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/gpu-s31}
-mkdir -p "$OUT"
-start=$(date +%s)
-source benchmarks/runs/speed/gpu/s28-speed.sh  # speed NAME SECONDS ARGS...; pairs N
+source benchmarks/runs/speed/gpu/s28-speed.sh  # begin OUT; pairs N; speed NAME SECONDS ARGS...
+begin /tmp/gpu-s31
 pairs 2000000
 for preset in big base; do
     speed "$preset-mask-always" 95 --presets "$preset" --source-mask always

@@ -8,11 +8,8 @@
 #     bash benchmarks/runs/speed/gpu/s32-next.sh     # results in $OUT or /tmp/gpu-s32
 # Then, as a second call at once (the machine waits 30 s idle), the ceiling of CUDA graphs for
 # `base` and `big` (~4 min): python3 benchmarks/runs/speed/gpu/s31-graphs-probe.py
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/gpu-s32}
-mkdir -p "$OUT"
-start=$(date +%s)
-source benchmarks/runs/speed/gpu/s28-speed.sh  # speed NAME SECONDS ARGS...; pairs N
+source benchmarks/runs/speed/gpu/s28-speed.sh  # begin OUT; pairs N; speed NAME SECONDS ARGS...
+begin /tmp/gpu-s32
 pairs 2000000
 for preset in big base; do
     speed "$preset-mask-always" 95 --presets "$preset" --source-mask always
