@@ -7,8 +7,8 @@ Training: a batch of 4,096 target tokens through each kind of layer, forward and
 (three products). Decoding: one beam-search step, forward only, at 256 rows (64 sentences x
 beam 4), 64 and 4 (batch 1), with plain and with prepacked weights. Prints GFLOP/s and the
 ratio, best of 10 after 3 warm-up runs. Run it on a new CPU to see whether the oneDNN route
-pays there (transduce takes it except on Intel's CPUs; TRANSDUCE_CPU_MATMUL=torch or =onednn
-chooses).
+pays there (transduce takes it except on Intel's CPUs, for training only beside AVX-512;
+TRANSDUCE_CPU_MATMUL=torch or =onednn chooses).
 """
 
 from __future__ import annotations

@@ -270,14 +270,34 @@ def test_products_of_ever_new_shapes_do_not_pile_up_in_onednn_caches():
     assert bounded < 4
 
 
-def test_the_route_is_onednn_except_on_intel_cpus_unless_the_user_chooses(tmp_path):
+def test_the_route_follows_the_cpu_unless_the_user_chooses(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     for vendor, intel in (("AuthenticAMD", False), ("GenuineIntel", True)):
         cpuinfo.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: 25\n")
         assert matmul._intel_cpu(cpuinfo) is intel
-    # MKL picks slow kernels on other vendors' CPUs and fast ones on Intel's (SPEED.md)
-    assert matmul._route_on("auto", intel_cpu=False) and not matmul._route_on("auto", True)
-    assert matmul._route_on("onednn", intel_cpu=True)
-    assert not matmul._route_on("torch", intel_cpu=False)
+    Route = matmul.Route
+    # MKL picks slow kernels on other vendors' CPUs and fast ones on Intel's; without AVX-512
+    # both run AVX2 kernels and MKL's train faster, while decoding keeps oneDNN's packed weights
+    assert matmul._route("auto", intel_cpu=False, avx512=True) == Route(True, True)
+    assert matmul._route("auto", intel_cpu=False, avx512=False) == Route(False, True)
+    assert matmul._route("auto", intel_cpu=True, avx512=True) == Route(False, False)
+    assert matmul._route("onednn", intel_cpu=True, avx512=False) == Route(True, True)
+    assert matmul._route("torch", intel_cpu=False, avx512=True) == Route(False, False)
     with pytest.raises(ValueError, match="TRANSDUCE_CPU_MATMUL must be"):
-        matmul._route_on("mkl", intel_cpu=False)
+        matmul._route("mkl", intel_cpu=False, avx512=True)
+
+
+def test_training_and_decoding_products_follow_their_own_route(onednn_calls):
+    weight = torch.randn(6, 8, requires_grad=True)
+    matmul.use_onednn(matmul.Route(training=False, decoding=True))  # an AVX2-only AMD CPU
+    linear(torch.randn(4, 8), weight).sum().backward()
+    assert onednn_calls == []  # MKL forward and backward
+    with torch.no_grad():
+        linear(torch.randn(4, 8), weight)
+    assert onednn_calls == ["plain"]
+    old = matmul.use_onednn(matmul.Route(training=True, decoding=False))
+    assert old == matmul.Route(training=False, decoding=True)  # what restores it
+    linear(torch.randn(4, 8, requires_grad=True), weight).sum().backward()
+    with torch.no_grad():
+        linear(torch.randn(4, 8), weight)
+    assert onednn_calls == ["plain"] * 4  # forward, dL/dx, dL/dW; decoding on MKL

@@ -1,15 +1,19 @@
 """Float32 matrix products on the CPU through oneDNN instead of MKL, where that is faster.
 
 PyTorch hands a float32 `linear` on the CPU to MKL's sgemm. MKL picks its fast kernels by CPU
-vendor: on the AMD EPYC of our benchmark machine it runs at 150-200 GFLOP/s on 2 threads, where
-oneDNN (shipped inside PyTorch, used by its compiler for frozen CPU graphs) runs the same float32
+vendor: on an AMD EPYC with AVX-512 it runs at 150-200 GFLOP/s on 2 threads, where oneDNN
+(shipped inside PyTorch, used by its compiler for frozen CPU graphs) runs the same float32
 products at 280-420 GFLOP/s, accumulating in float32 all the same (benchmarks/SPEED.md,
 `benchmarks/cpu_matmul.py` measures a machine). Every product of the model's linear layers and
 tied output projection goes through `linear` below, forward and backward, so training and
 decoding both gain; only decoding's smallest products stay with MKL (`MKL_WEIGHT_ENTRIES`).
-On Intel's CPUs MKL is the faster of the two (a Xeon with AMX, session 18: training `small`
-1.13x, beam search 1.06-1.17x at batch 64 and 1.5x at batch 1, whose many small products
-oneDNN's calls cost ~50 us each against MKL's ~18), so there the route is off.
+Where the CPU shows no AVX-512 (an AMD EPYC whose hypervisor hides it), both libraries run
+AVX2 kernels and MKL's are the faster at training's shapes (`tiny`'s update 1.07-1.12x, session
+32), so training's products take oneDNN only beside AVX-512; decoding keeps oneDNN's prepacked
+weights there too (the output projection 1.4-4.5x MKL's). On Intel's CPUs MKL is the faster of
+the two (a Xeon with AMX, session 18: training `small` 1.13x, beam search 1.06-1.17x at batch
+64 and 1.5x at batch 1, whose many small products oneDNN's calls cost ~50 us each against MKL's
+~18), so there the route is off (`Route`).
 
 The route is taken only for float32 CPU tensors outside autocast and outside `torch.compile`
 (whose CPU backend makes its own oneDNN calls), when this build of PyTorch has the operator;
@@ -24,6 +28,7 @@ import os
 import platform
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -59,14 +64,33 @@ def _intel_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return "GenuineIntel" in vendor
 
 
-def _route_on(choice: str, intel_cpu: bool) -> bool:
-    """TRANSDUCE_CPU_MATMUL: "auto" (oneDNN except on Intel's CPUs), "onednn" or "torch"."""
+@dataclass(frozen=True)
+class Route:
+    """Which float32 CPU products go through oneDNN: those with gradients (training) and those
+    without (decoding, whose smallest products stay with MKL all the same)."""
+
+    training: bool
+    decoding: bool
+
+
+def _route(choice: str, intel_cpu: bool, avx512: bool) -> Route:
+    """TRANSDUCE_CPU_MATMUL: "onednn" (every product), "torch" (none) or "auto": decoding
+    except on Intel's CPUs, training only where the CPU has AVX-512 too (SPEED.md, session 32)."""
     if choice not in ("auto", "onednn", "torch"):
         raise ValueError(f"TRANSDUCE_CPU_MATMUL must be auto, onednn or torch, not {choice!r}")
-    return choice == "onednn" or (choice == "auto" and not intel_cpu)
+    if choice != "auto":
+        return Route(training=choice == "onednn", decoding=choice == "onednn")
+    return Route(training=not intel_cpu and avx512, decoding=not intel_cpu)
 
 
-_enabled = _available and _route_on(os.environ.get("TRANSDUCE_CPU_MATMUL", "auto"), _intel_cpu())
+def _chosen_route() -> Route:
+    if not _available:
+        return Route(training=False, decoding=False)
+    avx512 = getattr(torch.cpu, "_is_avx512_supported", lambda: False)()
+    return _route(os.environ.get("TRANSDUCE_CPU_MATMUL", "auto"), _intel_cpu(), avx512)
+
+
+_enabled = _chosen_route()
 _can_pack = _available and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 # Decoding's weights reordered into oneDNN's blocked layout, made on first use inside
@@ -82,19 +106,21 @@ PACKED_FOR_ROWS = 64  # the row count oneDNN tunes the layout for; 4-256 rows ga
 # stacked 128 x 384) 1.1-2.7x faster; `tiny`'s greedy decoding of the test set, as validation
 # runs it on dev, took 1.23x less time (measured on an AMD EPYC with AVX2 only, the one kind of
 # non-Intel CPU we had; benchmarks/SPEED.md, session 25). From `small`'s 256 x 256 at 64 rows
-# up the two are level or oneDNN's packed products lead, output projections by 1.3-1.75x; and
-# training's thousands of rows keep oneDNN.
+# up the two are level or oneDNN's packed products lead, output projections by 1.3-1.75x.
 MKL_ROWS, MKL_WEIGHT_ENTRIES = 256, 50_000
 
 
-def use_onednn(enabled: bool) -> bool:
-    """Route float32 CPU products through oneDNN (when it is available); returns the old value."""
+def use_onednn(enabled: bool | Route) -> Route:
+    """Route float32 CPU products through oneDNN (when it is available): every product (True),
+    none (False), or as a `Route` says. Returns the route before, for restoring it."""
     global _enabled
-    old, _enabled = _enabled, enabled and _available
+    route = enabled if isinstance(enabled, Route) else Route(enabled, enabled)
+    old = _enabled
+    _enabled = Route(route.training and _available, route.decoding and _available)
     return old
 
 
-def onednn_enabled() -> bool:
+def onednn_route() -> Route:
     return _enabled
 
 
@@ -143,7 +169,7 @@ def _autocast_on_cpu() -> bool:
 
 def _takes_onednn(x: Tensor, weight: Tensor, grad: bool) -> bool:
     return (
-        _enabled
+        (_enabled.training if grad else _enabled.decoding)
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and x.numel() > 0
