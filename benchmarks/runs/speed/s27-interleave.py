@@ -13,7 +13,8 @@ import itertools
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import transduce.models.attention as attention
@@ -26,18 +27,26 @@ from transduce.training.loop import Trainer
 DATA = "/work/bench/data10k"
 
 
+@contextmanager
+def training(name: str, settings: dict[str, str]) -> Iterator[tuple[Trainer, Iterator[list]]]:
+    """The Trainer of preset `name` with `settings` on DATA, 2 threads, in a scratch run
+    directory, and its batches epoch after epoch."""
+    config = override(preset(name), {"train.threads": "2", **settings})
+    with tempfile.TemporaryDirectory() as run:
+        data, device = PreparedData.load(DATA), pick_device("cpu")
+        trainer = Trainer(config, data, Path(run), resume=False, device=device)
+        yield (
+            trainer,
+            itertools.chain.from_iterable(trainer.epochs.batches(e) for e in itertools.count()),
+        )
+
+
 def interleave(switch: Callable[[bool], None], labels: tuple[str, str] = ("0", "32")) -> None:
     """Blocks of 5 updates with `switch(False)` and `switch(True)` in turn; prints target
     tokens/s of each (under `labels`) and their ratio. PRESET, UPDATES and settings from argv."""
     name, updates = sys.argv[1], int(sys.argv[2])
     settings = dict(item.split("=", 1) for item in sys.argv[3:])
-    config = override(preset(name), {"train.threads": "2", **settings})
-    with tempfile.TemporaryDirectory() as run:
-        data, device = PreparedData.load(DATA), pick_device("cpu")
-        trainer = Trainer(config, data, Path(run), resume=False, device=device)
-        batches = itertools.chain.from_iterable(
-            trainer.epochs.batches(e) for e in itertools.count()
-        )
+    with training(name, settings) as (trainer, batches):
         spent = {False: [0, 0.0], True: [0, 0.0]}  # switched on: [target tokens, seconds]
         for i, pairs in enumerate(itertools.islice(batches, updates)):
             on = bool((i // 5) % 2)

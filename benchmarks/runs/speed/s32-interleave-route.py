@@ -2,8 +2,8 @@
 
     python benchmarks/runs/speed/s32-interleave-route.py PRESET UPDATES BLOCK [key=value ...]
 
-The Trainer's own update on Multi30k's first UPDATES batches (bench/data10k), in blocks of BLOCK
-updates alternating MKL (torch's `F.linear`, forward and backward) and oneDNN
+The Trainer's own update on Multi30k's first UPDATES batches (s27-interleave.py's `training`),
+in blocks of BLOCK updates alternating MKL (torch's `F.linear`, forward and backward) and oneDNN
 (`matmul.use_onednn`): both meet the same mix of batch shapes and the same minutes of the host's
 drift. The first 10 updates untimed. Prints target tokens/s of each route, their ratio, and the
 median ratio of neighbouring blocks (the drift within a pair is smaller than across the run).
@@ -11,33 +11,23 @@ median ratio of neighbouring blocks (the drift within a pair is smaller than acr
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from transduce.config import override
-from transduce.data.dataset import PreparedData
 from transduce.models import matmul
-from transduce.presets import preset
-from transduce.runtime import pick_device
-from transduce.training.loop import Trainer
 
-DATA = "/work/bench/data10k"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+training = importlib.import_module("s27-interleave").training
 
 
 def main() -> None:
     name, updates, block = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     settings = dict(item.split("=", 1) for item in sys.argv[4:])
-    config = override(preset(name), {"train.threads": "2", **settings})
-    with tempfile.TemporaryDirectory() as run:
-        data, device = PreparedData.load(DATA), pick_device("cpu")
-        trainer = Trainer(config, data, Path(run), resume=False, device=device)
-        batches = itertools.chain.from_iterable(
-            trainer.epochs.batches(e) for e in itertools.count()
-        )
+    with training(name, settings) as (trainer, batches):
         blocks: list[list[float]] = []  # [route on oneDNN, target tokens, seconds] per block
         for i, pairs in enumerate(itertools.islice(batches, updates + 10)):
             onednn = i >= 10 and ((i - 10) // block) % 2 == 1
