@@ -8,7 +8,7 @@ products at 280-420 GFLOP/s, accumulating in float32 all the same (benchmarks/SP
 tied output projection goes through `linear` below, forward and backward, so training and
 decoding both gain; only decoding's smallest products stay with MKL (`MKL_WEIGHT_ENTRIES`).
 Where the CPU shows no AVX-512 (an AMD EPYC whose hypervisor hides it), both libraries run
-AVX2 kernels and MKL's are the faster at training's shapes (`tiny`'s update 1.07-1.12x, session
+AVX2 kernels and MKL's are the faster at training's shapes (`tiny`'s update 1.07-1.11x, session
 32), so training's products take oneDNN only beside AVX-512; decoding keeps oneDNN's prepacked
 weights there too (the output projection 1.4-4.5x MKL's). On Intel's CPUs MKL is the faster of
 the two (a Xeon with AMX, session 18: training `small` 1.13x, beam search 1.06-1.17x at batch
