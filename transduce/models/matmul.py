@@ -120,10 +120,6 @@ def use_onednn(enabled: bool | Route) -> Route:
     return old
 
 
-def onednn_route() -> Route:
-    return _enabled
-
-
 def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """x (M, K) @ weight (N, K)^T + bias in oneDNN. A transposed `weight` view is read in place;
     the operator makes `x` contiguous itself."""
