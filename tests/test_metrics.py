@@ -40,9 +40,26 @@ def test_tokenized_text_scores_the_same_without_the_detokenize_warning(caplog):
     references = [f"a dog is running on the grass number {i} ." for i in range(120)]
     with caplog.at_level(logging.WARNING):
         warned = bleu(hypotheses, references)
-    assert "detokenize" in caplog.text  # what the demo printed before
+    assert "tokenized period" in caplog.text  # what `transduce evaluate` prints without the flag
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         quiet = bleu(hypotheses, references, tokenized_text=True)
-    assert "detokenize" not in caplog.text
+        bleu(hypotheses, references, lowercase_tokenized=True)
+    assert caplog.text == ""
     assert quiet.score == warned.score
+
+
+def test_text_that_looks_tokenized_gets_a_hint_naming_the_flag_not_sacrebleus_api(caplog):
+    """sacreBLEU's own lines tell the reader to pass its `force` parameter, which `transduce
+    evaluate` has not got; ours names the flag that scores such text as tokens."""
+    import logging
+
+    references = [f"ein hund rennt auf der wiese nummer {i} ." for i in range(150)]
+    with caplog.at_level(logging.WARNING):
+        bleu(references[:99], references[:99])
+    assert caplog.text == ""  # sacreBLEU's threshold: 100 such lines
+    with caplog.at_level(logging.WARNING):
+        bleu(references, references)
+    assert "150 lines end in a tokenized period" in caplog.text
+    assert "--lowercase-tokenized" in caplog.text
+    assert "force" not in caplog.text and "forgot" not in caplog.text

@@ -7,9 +7,15 @@ variant's output). The default is sacreBLEU's own: cased, detokenized, 13a token
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import sacrebleu
+
+logger = logging.getLogger(__name__)
+
+# sacreBLEU's own test for text tokenized by mistake: this many lines ending in " ."
+TOKENIZED_PERIODS = 100
 
 
 @dataclass(frozen=True)
@@ -48,11 +54,23 @@ def bleu(
     _check(hypotheses, references)
     if lowercase_tokenized:
         tokenize, lowercase = "none", True
-    # force: text tokenized on purpose makes sacreBLEU's warning about it moot
-    force = tokenized_text or tokenize == "none"
-    metric = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase, force=force)
+    if not tokenized_text and tokenize != "none" and looks_tokenized(hypotheses):
+        logger.warning(
+            "%d lines end in a tokenized period (' .'): sacreBLEU's score is meant for "
+            "detokenized text. For text tokenized on purpose (a corpus's `tok` variant) score it "
+            "as tokens: `transduce evaluate --lowercase-tokenized`, the number published "
+            "Multi30k results report.",
+            sum(line.endswith(" .") for line in hypotheses),
+        )
+    # force: sacreBLEU's own warning names a parameter of its API, not what to do here
+    metric = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase, force=True)
     result = metric.corpus_score(hypotheses, [references])
     return Score("BLEU", result.score, str(metric.get_signature()), str(result))
+
+
+def looks_tokenized(hypotheses: list[str]) -> bool:
+    """sacreBLEU's test: at least 100 lines end in a period split off as a token."""
+    return sum(line.endswith(" .") for line in hypotheses) >= TOKENIZED_PERIODS
 
 
 def chrf(hypotheses: list[str], references: list[str]) -> Score:
