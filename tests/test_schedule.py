@@ -6,10 +6,12 @@ from transduce.presets import tiny
 from transduce.training.checkpoint import steps_to_average
 from transduce.training.schedule import (
     Plateau,
+    budget_used,
     cooldown_factor,
     learning_rate,
     make_optimizer,
     make_schedule,
+    set_learning_rate,
 )
 
 
@@ -113,6 +115,28 @@ def test_adam_has_the_papers_hyperparameters():
     optimizer = make_optimizer([torch.nn.Parameter(torch.zeros(2))], tiny().train)
     group = optimizer.param_groups[0]
     assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
+    assert group["weight_decay"] == 0.0  # the paper's: none
+    decayed = override(tiny(), {"train.weight_decay": 0.01}).train
+    assert make_optimizer([torch.nn.Parameter(torch.zeros(2))], decayed).defaults[
+        "weight_decay"
+    ] == pytest.approx(0.01)
+
+
+def test_the_rate_is_set_in_every_parameter_group():
+    weights, biases = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.Adam([{"params": [weights]}, {"params": [biases]}], lr=0.0)
+    set_learning_rate(optimizer, 3e-4)
+    assert [group["lr"] for group in optimizer.param_groups] == [3e-4, 3e-4]
+
+
+def test_the_budget_used_is_the_largest_fraction_of_the_limits_set():
+    """The cooldown starts from whichever limit ends the run first: updates, epochs or minutes."""
+    steps_only = override(tiny(), {"train.max_steps": 1000}).train
+    assert budget_used(steps_only, 250, epochs=9.0, elapsed=10**6) == pytest.approx(0.25)
+    epochs = override(tiny(), {"train.max_steps": 1000, "train.max_epochs": 4}).train
+    assert budget_used(epochs, 250, epochs=3.0, elapsed=10**6) == pytest.approx(0.75)
+    minutes = override(tiny(), {"train.max_steps": 1000, "train.max_minutes": 10.0}).train
+    assert budget_used(minutes, 250, epochs=3.0, elapsed=540.0) == pytest.approx(0.9)
 
 
 def test_plateau_halves_the_rate_after_patience_validations_without_a_lower_dev_loss():
@@ -122,6 +146,10 @@ def test_plateau_halves_the_rate_after_patience_validations_without_a_lower_dev_
         schedule.observe({"loss": loss})
         rates.append(schedule.rate(1))
     assert rates == [1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.25, 0.25]
+    again = Plateau(1.0, factor=0.5, patience=2)
+    for loss in [2.0, 2.1, 2.2, 2.3]:  # the count starts again after a cut
+        again.observe({"loss": loss})
+    assert again.rate(1) == 0.5
     floored = Plateau(1.0, factor=0.5, patience=1, min_lr=0.3)
     for loss in [1.0, 2.0, 2.0, 2.0]:
         floored.observe({"loss": loss})

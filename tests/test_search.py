@@ -155,6 +155,29 @@ def test_length_penalty_and_n_best_order_worked_by_hand():
     assert penalised[0].score == pytest.approx(math.log(0.4) / (7 / 6) ** 2)
 
 
+def test_an_ended_hypothesis_does_not_take_a_live_ones_place_in_the_beam():
+    """Each step ranks 2k extensions: EOS among the k best ends a hypothesis and the k best
+    others go on, so a beam of k keeps k live hypotheses. With only k ranked, [b] (third at the
+    first step, behind [] and [a]) would drop out, and with it the best translation."""
+    b = 1  # a second content token (UNK is one the search may write)
+
+    class EndsAmongTheBest(ScriptedModel):
+        table: ClassVar[dict] = {
+            (): {EOS: 0.36, A: 0.34, b: 0.30},
+            (A,): {EOS: 0.02, A: 0.98},
+            (A, A): {EOS: 0.02, A: 0.98},
+            (b,): {EOS: 1.0},
+        }
+
+    src = torch.tensor([[A, EOS]])  # at most |x| + 2 = 3 tokens, EOS included
+    best = beam_search(
+        EndsAmongTheBest(), src, **SPECIALS, beam_size=2, alpha=2.0, max_len_b=2, n_best=2
+    )[0]
+    # [b]: log .30 / (7/6)^2 = -0.885 beats [] at log .36 = -1.022; [a, ...] end below -2.8
+    assert [h.tokens for h in best] == [[b], []]
+    assert best[0].score == pytest.approx(math.log(0.30) / (7 / 6) ** 2)
+
+
 def test_search_stops_early_when_every_beam_has_ended():
     model = ScriptedModel()
     beam_search(model, torch.tensor([[A, EOS]]), **SPECIALS, beam_size=2, max_len_b=50)
@@ -190,6 +213,26 @@ def test_the_first_step_runs_one_row_per_sentence_then_k():
     model.step = recording_step
     beam_search(model, src, **SPECIALS, beam_size=3, max_len_b=6)
     assert rows_per_step[:2] == [5, 15]
+
+
+def test_the_source_keys_are_held_once_per_sentence_not_once_per_hypothesis():
+    """The k hypotheses of a sentence share its cross-attention keys and values: the cache keeps
+    one row per sentence and `group` rows of hypotheses each, so beam search's memory for the
+    source does not grow with k."""
+    model, src = tiny_model(2), _sources()
+    seen = []
+    step = model.step
+
+    def recording_step(tokens, cache):
+        seen.append((tokens.size(0), cache.layers[0].cross_k.size(0), cache.group))
+        return step(tokens, cache)
+
+    model.step = recording_step
+    beam_search(model, src, **SPECIALS, beam_size=3, max_len_b=6)
+    assert seen[0] == (5, 5, 1)
+    assert len(seen) > 3
+    for rows, sentences, group in seen[1:]:
+        assert (group, rows) == (3, 3 * sentences)
 
 
 @pytest.mark.parametrize(("columns", "k", "chunk"), [(8000, 8, 64), (8003, 8, 64), (100, 3, 8)])
