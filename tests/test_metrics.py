@@ -59,6 +59,10 @@ def test_text_that_looks_tokenized_gets_a_hint_naming_the_flag_not_sacrebleus_ap
         bleu(references[:99], references[:99])
     assert caplog.text == ""  # sacreBLEU's threshold: 100 such lines
     with caplog.at_level(logging.WARNING):
+        bleu(references[:100], references[:100])
+    assert "100 lines end in a tokenized period" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
         bleu(references, references)
     assert "150 lines end in a tokenized period" in caplog.text
     assert "--lowercase-tokenized" in caplog.text

@@ -48,29 +48,31 @@ def bleu(
     """Corpus BLEU of one reference per hypothesis, with sacreBLEU's `tokenize` and `lowercase`.
 
     `lowercase_tokenized=True` is `tokenize="none", lowercase=True`. `tokenized_text`: the text
-    is tokenized on purpose (a corpus's `tok` variant), so sacreBLEU's "forgot to detokenize"
-    warning, which a reader cannot act on, is not printed.
+    is tokenized on purpose (a corpus's `tok` variant), so the hint logged for text that looks
+    tokenized by mistake (sacreBLEU's test, our words) is left out.
     """
     _check(hypotheses, references)
     if lowercase_tokenized:
         tokenize, lowercase = "none", True
-    if not tokenized_text and tokenize != "none" and looks_tokenized(hypotheses):
-        logger.warning(
-            "%d lines end in a tokenized period (' .'): sacreBLEU's score is meant for "
-            "detokenized text. For text tokenized on purpose (a corpus's `tok` variant) score it "
-            "as tokens: `transduce evaluate --lowercase-tokenized`, the number published "
-            "Multi30k results report.",
-            sum(line.endswith(" .") for line in hypotheses),
-        )
+    if not tokenized_text and tokenize != "none":
+        _hint_if_tokenized(hypotheses)
     # force: sacreBLEU's own warning names a parameter of its API, not what to do here
     metric = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase, force=True)
     result = metric.corpus_score(hypotheses, [references])
     return Score("BLEU", result.score, str(metric.get_signature()), str(result))
 
 
-def looks_tokenized(hypotheses: list[str]) -> bool:
-    """sacreBLEU's test: at least 100 lines end in a period split off as a token."""
-    return sum(line.endswith(" .") for line in hypotheses) >= TOKENIZED_PERIODS
+def _hint_if_tokenized(hypotheses: list[str]) -> None:
+    """sacreBLEU's test for text tokenized by mistake, with what to do here instead."""
+    periods = sum(line.endswith(" .") for line in hypotheses)
+    if periods >= TOKENIZED_PERIODS:
+        logger.warning(
+            "%d lines end in a tokenized period (' .'): sacreBLEU's score is meant for "
+            "detokenized text. For text tokenized on purpose (a corpus's `tok` variant) score it "
+            "as tokens: `transduce evaluate --lowercase-tokenized`, the number published "
+            "Multi30k results report.",
+            periods,
+        )
 
 
 def chrf(hypotheses: list[str], references: list[str]) -> Score:
