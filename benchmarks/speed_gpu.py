@@ -79,7 +79,7 @@ def choose_attention_kernel(name: str | None) -> None:
     named. Set in the model's code rather than around the call, so that the compiled layers
     trace it (an `sdpa_kernel` around them would be overridden by the model's own)."""
     if name in SDPA_BACKENDS:
-        attention.GPU_KERNELS = [SDPA_BACKENDS[name]]
+        attention.GPU_KERNELS = attention.GPU_KERNELS_UNMASKED = [SDPA_BACKENDS[name]]
 
 
 def loss_of_whole_logits(hidden, weight, target, eps: float, pad: int, fused: bool = False):
@@ -132,8 +132,9 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         "train.precision": precision,
         "train.compile": compile,
         "train.log_every": "1000000",
-        "data.one_source_length": str(args.one_source_length),
     }
+    if args.one_source_length is not None:  # else the preset's
+        settings["data.one_source_length"] = str(args.one_source_length)
     config = override(preset(name), settings)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: a dry run
     # Each preset compiles afresh: one run after another in a process met the first one's
@@ -197,7 +198,7 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         "loss_form": args.loss_form,
         "stacked_products": args.stacked_products,
         "inductor": args.inductor,
-        "one_source_length": args.one_source_length,
+        "one_source_length": config.data.one_source_length,
         "source_mask": args.source_mask,
         "src_padding": padding,
         "warmup_seconds": warmup_seconds,
@@ -263,17 +264,26 @@ def main() -> None:
     parser.add_argument(
         "--pairs", type=int, default=100_000, help="synthetic pairs (WMT14 en-de has 4.5M)"
     )
-    parser.add_argument(
+    lengths = parser.add_mutually_exclusive_group()  # neither: the preset's batches
+    lengths.add_argument(
         "--one-source-length",
-        action="store_true",
-        help="batches of one source length each (data.one_source_length)",
+        action="store_const",
+        const=True,
+        help="batches of one source length each (data.one_source_length; the paper's presets)",
+    )
+    lengths.add_argument(
+        "--mixed-source-lengths",
+        dest="one_source_length",
+        action="store_const",
+        const=False,
+        help="batches of sources of several lengths, padded",
     )
     parser.add_argument(
         "--source-mask",
         choices=["when-padded", "always"],
-        default="always",
-        help="the source mask always given (the Trainer's), or left out where no source is "
-        "padded (loss.MASK_FREE_DEVICES taking in the GPU)",
+        default="when-padded",
+        help="the source mask left out where no source is padded (the Trainer's on a GPU, "
+        "loss.MASK_FREE_DEVICES), or always given",
     )
     parser.add_argument("--profile", action="store_true", help="print the top operators")
     parser.add_argument("--profile-fresh", action="store_true", help="the same, on new shapes")
@@ -297,8 +307,8 @@ def main() -> None:
         setattr(inductor_config, key, {"True": True, "False": False}.get(value, value))
     scratch = tempfile.TemporaryDirectory()
     prepared = args.prepared or synthesize(Path(scratch.name) / "wmt", pairs=args.pairs)
-    if args.source_mask == "when-padded":
-        loss_module.MASK_FREE_DEVICES = {"cuda"}
+    if args.source_mask == "always":
+        loss_module.MASK_FREE_DEVICES = set()
     data = PreparedData.load(prepared)
     on_gpu = torch.cuda.is_available()
     matmul = measured_matmul_tflops() if on_gpu else float("nan")

@@ -242,13 +242,47 @@ def test_on_a_gpu_attention_never_takes_cudnns_kernel(monkeypatch):
         cudnn_allowed.append(backends.cudnn_sdp_enabled())
         return fused(*args, **kwargs)
 
-    monkeypatch.setattr(attention, "fused_kernels", lambda device: choose(cuda))  # as on a GPU
+    as_on_a_gpu = lambda device, unmasked=False: choose(cuda, unmasked)  # noqa: E731
+    monkeypatch.setattr(attention, "fused_kernels", as_on_a_gpu)
     monkeypatch.setattr(attention, "EXPLICIT_TRAINING_SPAN", 0)  # a GPU trains on the kernel
     monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
     model = tiny_model().train()
     model(torch.tensor([[4, 5, 6, 3]]), torch.tensor([[2, 7, 8]]))
     n_layers = model.config.n_layers
     assert cudnn_allowed == [False] * (3 * n_layers)
+
+
+def test_on_a_gpu_attention_without_mask_over_every_key_may_not_take_flash(monkeypatch):
+    """`GPU_KERNELS_UNMASKED`: flash without a mask cost 1.1-1.9x the memory-efficient kernel
+    (SPEED.md, session 31), so a batch handed over unpadded (`src_padded=False`) attends in its
+    encoder and cross-attention without flash; the decoder's causal self-attention, and every
+    call of a padded batch, may still take it."""
+    cuda, backends = torch.device("cuda"), torch.backends.cuda
+    with attention.fused_kernels(cuda, unmasked=True):
+        assert not backends.flash_sdp_enabled() and not backends.cudnn_sdp_enabled()
+        assert backends.mem_efficient_sdp_enabled()
+    with attention.fused_kernels(cuda):
+        assert backends.flash_sdp_enabled()
+    assert backends.flash_sdp_enabled()
+
+    flash_allowed, fused, choose = [], F.scaled_dot_product_attention, attention.fused_kernels
+
+    def recording(*args, **kwargs):
+        flash_allowed.append(backends.flash_sdp_enabled())
+        return fused(*args, **kwargs)
+
+    as_on_a_gpu = lambda device, unmasked=False: choose(cuda, unmasked)  # noqa: E731
+    monkeypatch.setattr(attention, "fused_kernels", as_on_a_gpu)
+    monkeypatch.setattr(attention, "EXPLICIT_TRAINING_SPAN", 0)  # a GPU trains on the kernel
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    model = tiny_model().train()
+    src, tgt = torch.tensor([[4, 5, 6, 3]]), torch.tensor([[2, 7, 8]])
+    n_layers = model.config.n_layers
+    model(src, tgt, src_padded=False)  # encoder layers, then each decoder's self- and cross-
+    assert flash_allowed == [False] * n_layers + [True, False] * n_layers
+    flash_allowed.clear()
+    model(src, tgt)
+    assert flash_allowed == [True] * (3 * n_layers)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

@@ -3,6 +3,7 @@ and epoch, and the training loop trains on that and resumes through it (data/epo
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -164,3 +165,17 @@ def test_over_long_examples_are_warned_about_once_a_run_not_every_epoch(
     assert all(n > 0 for n in skipped) and len(warnings) == 1
     if dropout:  # the later epochs' counts are still logged, at debug level
         assert sum("skipping" in r.message for r in caplog.records) == 4
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_the_paper_presets_batches_each_hold_one_source_length(words_data, dropout):
+    """`base`, `big` and Table 3's rows batch sources of one length (`PAPER_BATCHES`), so that a
+    GPU attends without a mask; the epochs hand that setting to the sampler, BPE-dropout's fresh
+    segmentations included. `tiny`'s batches mix lengths (a CPU gains nothing by it)."""
+    from transduce.presets import preset
+
+    for name, one_length in (("base", True), ("big", True), ("B1", True), ("tiny", False)):
+        batching = dataclasses.replace(preset(name).data, max_tokens=200, bpe_dropout=dropout)
+        epochs = TrainingEpochs(words_data.split("train"), words_data.vocab, batching, seed=0)
+        lengths = [{len(src) for src, _ in batch} for batch in epochs.batches(1)]
+        assert all(len(batch_lengths) == 1 for batch_lengths in lengths) == one_length, name

@@ -62,10 +62,11 @@ def _compiled_sums():
 
 
 # The devices on which training attends over a batch without source padding without a mask
-# (`Batch.src_padded`), which lets a GPU take its flash kernel. None yet: on the CPU the update was
-# 0.99x; on an H200 `base` 1.02x (inside the host's spread), and `big` on batches of one source
-# length took 1.47 s an update against 88 ms masked, not understood yet (SPEED.md, session 29).
-MASK_FREE_DEVICES: set[str] = set()
+# (`Batch.src_padded`; `data.one_source_length` makes every batch so). GPUs: on an H200, with the
+# memory-efficient kernel for unmasked attention (`models.attention.GPU_KERNELS_UNMASKED`),
+# `big`'s update 1.04x and `base`'s 1.16x the masked one's speed (SPEED.md, session 34). Not the
+# CPU: there the update was 0.99x (session 29).
+MASK_FREE_DEVICES: set[str] = {"cuda"}
 
 
 def model_loss(

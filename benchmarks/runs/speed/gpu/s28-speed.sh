@@ -3,6 +3,8 @@
 # in a process of its own, with an Inductor cache of its own, into $OUT/NAME.{json,log}, and
 # prints its row; $start is the call's.
 # The pairs: $SPEED_DATA's arguments (default `--wmt-lengths`, synthesised in each process).
+# Since session 34 a run names neither `--one-source-length` nor `--mixed-source-lengths` takes
+# the preset's batches (one source length for `base` and `big`); before, mixed lengths.
 speed() {
     local name=$1 seconds=$2
     local data=(${SPEED_DATA:---wmt-lengths})

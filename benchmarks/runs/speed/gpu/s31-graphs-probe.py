@@ -13,7 +13,10 @@ and fused Adam (capturable, so the step counter lives on the GPU):
 1. the compiled update as it runs today, the shapes taken in turn (host and GPU time);
 2. the same update captured once per shape (`torch.cuda.graph`) and replayed in turn.
 
-    python benchmarks/runs/speed/gpu/s31-graphs-probe.py [--presets base big] [--dry]
+Since session 34 a GPU drops the mask of such unpadded batches (`loss.MASK_FREE_DEVICES`); the
+session's own run of this probe still gave it.
+
+    python benchmarks/runs/speed/gpu/s31-graphs-probe.py [--presets base big] [--tokens N] [--dry]
 Prints ms an update and MFU of each, and their ratio. `--dry`: a small model on the CPU,
 the compiled update only (graphs need a GPU).
 """
@@ -155,6 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["base", "big"])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=TOKENS, help="target tokens a batch")
     parser.add_argument("--dry", action="store_true", help="a small model on the CPU")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.dry
@@ -163,7 +167,7 @@ def main() -> None:
         print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for name in args.presets:
         torch._dynamo.reset()
-        probe(name, device, TOKENS if cuda else 600, args.rounds if cuda else 1)
+        probe(name, device, args.tokens if cuda else 600, args.rounds if cuda else 1)
 
 
 if __name__ == "__main__":
