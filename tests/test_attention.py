@@ -255,8 +255,8 @@ def test_on_a_gpu_attention_never_takes_cudnns_kernel(monkeypatch):
 def test_on_a_gpu_attention_without_mask_over_every_key_may_not_take_flash(monkeypatch):
     """`GPU_KERNELS_UNMASKED`: flash without a mask cost 1.1-1.9x the memory-efficient kernel
     (SPEED.md, session 31), so a batch handed over unpadded (`src_padded=False`) attends in its
-    encoder and cross-attention without flash; the decoder's causal self-attention, and every
-    call of a padded batch, may still take it."""
+    encoder and cross-attention without flash; the decoder's causal self-attention, every call
+    of a padded batch, and decoding (not measured on that kernel) may still take it."""
     cuda, backends = torch.device("cuda"), torch.backends.cuda
     with attention.fused_kernels(cuda, unmasked=True):
         assert not backends.flash_sdp_enabled() and not backends.cudnn_sdp_enabled()
@@ -282,6 +282,9 @@ def test_on_a_gpu_attention_without_mask_over_every_key_may_not_take_flash(monke
     assert flash_allowed == [False] * n_layers + [True, False] * n_layers
     flash_allowed.clear()
     model(src, tgt)
+    assert flash_allowed == [True] * (3 * n_layers)
+    flash_allowed.clear()
+    model.eval()(src, tgt, src_padded=False)
     assert flash_allowed == [True] * (3 * n_layers)
 
 

@@ -44,7 +44,7 @@ class Batch:
     @property
     def src_padded(self) -> bool:
         """Whether any source is padded, from the host's count: attention over an unpadded
-        source needs no mask (and a GPU then takes its flash kernel, which takes none)."""
+        source needs no mask (a GPU then goes without one, `training.loss.MASK_FREE_DEVICES`)."""
         return self.n_src_tokens < self.src.numel()
 
     def _counts(self) -> tuple[int, int]:

@@ -23,11 +23,12 @@ from .matmul import Linear, linear
 # for a shape seen before, and token-bucketed batches bring new shapes at nearly every update
 # (WMT-like lengths: `big` 247 ms an update on new shapes, 130 ms on seen ones; SPEED.md, GPU).
 GPU_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-# Attention over every key, no mask and not causal (training's batches without source padding,
+# Training's attention over every key, no mask and not causal (batches without source padding,
 # `training.loss.MASK_FREE_DEVICES`), may not take flash: there it cost 1.1-1.9x the
 # memory-efficient kernel's time a call (bf16, forward and backward, h = 8 and 16; SPEED.md,
 # session 31). The decoder's causal self-attention keeps flash (`big`'s update 0.87x as fast with
-# none but the other kernel; SPEED.md, session 34). `sdpa_kernel` reads the lists as sets.
+# none but the other kernel; SPEED.md, session 34), and so does decoding, not measured there.
+# `sdpa_kernel` reads the lists as sets.
 GPU_KERNELS_UNMASKED = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -48,8 +49,8 @@ def _plain(layers: tuple[nn.Module, ...]) -> bool:
 
 def fused_kernels(device: torch.device, unmasked: bool = False) -> AbstractContextManager:
     """Where `scaled_dot_product_attention` on `device` may choose from: on a GPU `GPU_KERNELS`,
-    or `GPU_KERNELS_UNMASKED` for an `unmasked` call (no mask, not causal). Entered in the code
-    that calls it, so that a compiled graph holds the choice too."""
+    or `GPU_KERNELS_UNMASKED` for an `unmasked` call (training, no mask, not causal). Entered in
+    the code that calls it, so that a compiled graph holds the choice too."""
     if device.type != "cuda":
         return nullcontext()
     return sdpa_kernel(GPU_KERNELS_UNMASKED if unmasked else GPU_KERNELS)
@@ -235,7 +236,8 @@ class MultiHeadAttention(nn.Module):
             out, weights = attention_reference(q, k, v, mask, dropout)
             weights = weights if need_weights else None
         else:
-            with fused_kernels(q.device, unmasked=mask is None and not is_causal):
+            unmasked = self.training and mask is None and not is_causal
+            with fused_kernels(q.device, unmasked):
                 out = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
                 )
