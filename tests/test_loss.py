@@ -47,6 +47,21 @@ def test_padding_positions_do_not_count():
     assert a.loss.item() == pytest.approx(b.loss.item())
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_logits_are_scored_in_float32(dtype):
+    """Autocast hands the loss bfloat16 logits: their log-softmax over the vocabulary and the sums
+    over the batch's tokens are taken in float32 (in half precision the sums alone would be off
+    by more than 0.1%), so the loss of the rounded logits is that of the same values in float32."""
+    g = torch.Generator().manual_seed(0)
+    logits = (4 * torch.randn(64, 8, 1000, generator=g)).to(dtype)
+    target = torch.randint(1, 1000, (64, 8), generator=g)
+    half = label_smoothed_loss(logits, target, 0.1, PAD)
+    full = label_smoothed_loss(logits.float(), target, 0.1, PAD)
+    assert half.loss.dtype == half.nll.dtype == torch.float32
+    torch.testing.assert_close(half.loss, full.loss, rtol=1e-6, atol=0)
+    torch.testing.assert_close(half.nll, full.nll, rtol=1e-6, atol=0)
+
+
 def test_gradcheck():
     logits, target = _batch(3)
     logits.requires_grad_()

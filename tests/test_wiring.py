@@ -206,9 +206,8 @@ def test_train_step_descends_the_per_token_loss_of_the_whole_group_with_clipping
     batches = [collate(pairs[:2], PAD, BOS, EOS), collate(pairs[2:], PAD, BOS, EOS)]
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     n_tokens = sum(b.n_tgt_tokens for b in batches)
-    total = sum(
-        label_smoothed_loss(model(b.src, b.tgt_in), b.tgt_out, 0.1, PAD).loss for b in batches
-    )
+    sums = [label_smoothed_loss(model(b.src, b.tgt_in), b.tgt_out, 0.1, PAD) for b in batches]
+    total, nll = sum(s.loss for s in sums), sum(float(s.nll) for s in sums)
     grads = torch.autograd.grad(total / n_tokens, list(model.parameters()))
     norm = torch.sqrt(sum((g**2).sum() for g in grads))
     scale = min(1.0, 0.05 / float(norm))  # clip_grad_norm_ to 0.05
@@ -219,6 +218,8 @@ def test_train_step_descends_the_per_token_loss_of_the_whole_group_with_clipping
     )
     assert result.finite and result.tgt_tokens == n_tokens
     assert result.loss == pytest.approx(float(total.detach()) / n_tokens)
+    assert result.nll == pytest.approx(nll / n_tokens)  # the plain nll, for perplexity
+    assert abs(result.nll - result.loss) > 1e-3  # (the smoothed loss is another number)
     assert norm > 0.05  # clipping was exercised
     for (name, p), g in zip(model.named_parameters(), grads, strict=True):
         torch.testing.assert_close(p.detach(), before[name] - 0.5 * scale * g, msg=name)
