@@ -130,6 +130,8 @@ def test_iterate_resumes_mid_epoch():
     full = list(sampler.iterate(2))
     assert full == sampler.batches(2) and sampler.num_batches(2) == len(full)
     assert list(sampler.iterate(2, start=5)) == full[5:]
+    # A checkpoint written after an epoch's last batch resumes there: nothing left, no error
+    assert list(sampler.iterate(2, start=len(full))) == []
     with pytest.raises(ValueError):
         list(sampler.iterate(2, start=len(full) + 1))
 
@@ -179,6 +181,35 @@ def test_a_batch_knows_on_the_host_whether_any_source_is_padded():
     assert not even.to("cpu").src_padded and uneven.to("cpu").src_padded
     # without counts (a batch built by hand) the tensors are counted
     assert Batch(uneven.src, uneven.tgt_in, uneven.tgt_out, PAD).src_padded
+
+
+def test_a_batch_may_fill_its_budget_exactly():
+    """The budget holds padding included and is inclusive: ten pairs of 9 tokens a side (10 with
+    EOS or BOS) make one batch of max_tokens=100, not nine."""
+    sampler = TokenBatchSampler([9] * 50, [9] * 50, max_tokens=100, seed=0)
+    assert [len(batch) for batch in sampler.batches(0)] == [10] * 5
+
+
+def test_the_batches_come_shuffled_not_in_length_order():
+    """Sorted to cut, then shuffled: an epoch that went from short batches to long ones would
+    change what the model learns from as it goes (and hit its memory peak at the end)."""
+    src, tgt = lengths(2000, seed=1)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=400, seed=0)
+    longest = [int(max(src[b].max(), tgt[b].max())) for b in sampler.batches(0)]
+    assert longest != sorted(longest) and longest != sorted(longest, reverse=True)
+
+
+def test_neither_side_pads_much_when_either_may_be_the_longer():
+    """Sorted by the longer side first, then target, then source: where the target is 0.6-1.6x
+    the source, each side pads under 10% (7.4% and 5.3% here); sorting by the target first padded
+    the source 13.4%, by the source first the target 12.0%."""
+    rng = np.random.default_rng(3)
+    src = rng.integers(1, 60, 4000)
+    tgt = np.clip((src * rng.uniform(0.6, 1.6, 4000)).astype(int), 1, None)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=600, seed=0)
+    for side in (sampler.src, sampler.tgt):  # the lengths as batched, EOS or BOS counted
+        padded = sum(int(side[b].max()) * len(b) for b in sampler.batches(0))
+        assert 1 - side.sum() / padded < 0.10
 
 
 @pytest.mark.parametrize("one_source_length", [False, True])
