@@ -95,6 +95,19 @@ def test_foreign_file_is_rejected(tmp_path: Path) -> None:
         load(tmp_path / "notes.txt")
 
 
+def test_a_newer_format_or_a_state_that_is_no_dict_is_refused_by_name(tmp_path: Path) -> None:
+    """A file of a later format version is refused before its payload is read, and a valid file
+    holding something else than a state dict is not handed to the loop as a state."""
+    save(tiny_state(1), tmp_path / "c.pt")
+    data = (tmp_path / "c.pt").read_bytes()
+    (tmp_path / "v2.pt").write_bytes(data.replace(b"TRANSDUCE-CKPT 1 ", b"TRANSDUCE-CKPT 2 ", 1))
+    with pytest.raises(CheckpointError, match=r"v2\.pt.*format version 2, expected 1"):
+        load(tmp_path / "v2.pt")
+    save([torch.zeros(2)], tmp_path / "list.pt")  # type: ignore[arg-type]
+    with pytest.raises(CheckpointError, match=r"list\.pt.*state is a list, expected a dict"):
+        load(tmp_path / "list.pt")
+
+
 def test_weights_only_refuses_arbitrary_objects(tmp_path: Path) -> None:
     save({"obj": Path("x")}, tmp_path / "c.pt")
     with pytest.raises(CheckpointError, match=r"c\.pt.*weights_only"):
@@ -164,6 +177,10 @@ def test_leftover_temp_file_is_ignored(tmp_path: Path) -> None:
     store.save(tiny_state(20), 20, 0.2)
     assert store.steps() == [10, 20]
     assert load(store.best_path())["step"] == 20
+    # nor is a file whose name only starts like a step file's (a backup, a copy being made)
+    (store.dir / "step_00000030.pt.bak").write_bytes(b"")
+    (store.dir / "old_step_00000040.pt").write_bytes(b"")
+    assert store.steps() == [10, 20]
 
 
 @pytest.mark.parametrize("fail_at", [1, 2, 3])
@@ -260,3 +277,14 @@ def test_average_rejects_different_integer_buffers_and_keys(tmp_path: Path) -> N
     save(other, tmp_path / "b.pt")
     with pytest.raises(CheckpointError, match=r"b\.pt: model keys differ: \['count'\]"):
         average([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
+def test_a_finished_runs_model_is_its_average_and_an_unfinished_ones_its_newest_step(
+    tmp_path: Path,
+) -> None:
+    store = CheckpointStore(tmp_path, keep_last=3)
+    for step in (10, 20):
+        store.save(tiny_state(step), step, None)
+    assert checkpoint.default_checkpoint(tmp_path) == store.path(20)
+    save(average([store.path(10), store.path(20)]), tmp_path / checkpoint.AVERAGE_FILE)
+    assert checkpoint.default_checkpoint(tmp_path) == tmp_path / checkpoint.AVERAGE_FILE

@@ -171,3 +171,20 @@ def test_the_schedule_is_chosen_by_config():
     schedule = make_schedule(override(tiny(), settings))
     assert isinstance(schedule, Plateau) and (schedule.rate(1), schedule.patience) == (0.002, 3)
     assert make_schedule(tiny()).state_dict() == {}  # eq. 3 is a function of the step alone
+
+
+def test_the_final_average_takes_the_last_checkpoints_past_the_warmup_and_the_runs_half():
+    """`steps_to_average`: of the kept checkpoints, those at or past both the warmup's end and
+    half the run, the last `average_last` of them; never one newer than the run's end."""
+    from transduce.config import TrainConfig
+
+    kept = list(range(100, 1001, 100))
+    # half the run binds (500), then the warmup (800)
+    past_half = TrainConfig(warmup_steps=100, average_last=20, keep_last=20)
+    assert steps_to_average(kept, 1000, past_half) == [500, 600, 700, 800, 900, 1000]
+    past_warmup = TrainConfig(warmup_steps=800, average_last=20, keep_last=20)
+    assert steps_to_average(kept, 1000, past_warmup) == [800, 900, 1000]
+    last_two = TrainConfig(warmup_steps=100, average_last=2)
+    assert steps_to_average(kept, 1000, last_two) == [900, 1000]
+    # a file newer than the end (an abandoned timeline's) never joins
+    assert steps_to_average([*kept, 1100], 1000, last_two) == [900, 1000]
