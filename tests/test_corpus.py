@@ -92,6 +92,15 @@ def test_filter_drops_empty_long_and_unbalanced_pairs_and_counts_them():
     assert report == {"kept": 3, "too_short": 2, "too_long": 1, "ratio": 1}
 
 
+def test_with_empty_sides_allowed_the_ratio_counts_an_empty_side_as_one_token():
+    """min_len=0 keeps a pair with an empty side (an untranslated caption, say) when its other
+    side is within the ratio of one token; it is not dropped as infinitely unbalanced."""
+    rule = LengthFilter(max_len=10, max_len_ratio=3.0, min_len=0)
+    kept, report = filter_pairs([[], [], [1] * 4], [[1] * 3, [1] * 4, []], rule)
+    assert kept == [0]
+    assert report == {"kept": 1, "too_short": 0, "too_long": 0, "ratio": 2}
+
+
 def test_filter_rejects_nonsense_rules():
     with pytest.raises(DataError):
         LengthFilter(max_len=3, min_len=5)
@@ -219,6 +228,9 @@ def test_truncated_download_is_rejected_and_not_kept(tmp_path, toy_corpus):
 def test_download_with_wrong_line_count_or_missing_file_is_rejected(tmp_path, toy_corpus):
     write_gz(toy_corpus / "train.en.gz", ["only", "three", "lines"])
     with pytest.raises(DataError, match=r"train\.en\.gz: expected 4 lines, got 3"):
+        corpus_files("toy", "en", "de", cache_dir=tmp_path / "cache")
+    write_gz(toy_corpus / "train.en.gz", ["one", "too", "many", "lines", "here"])
+    with pytest.raises(DataError, match=r"train\.en\.gz: expected 4 lines, got 5"):
         corpus_files("toy", "en", "de", cache_dir=tmp_path / "cache")
     (toy_corpus / "train.en.gz").unlink()
     with pytest.raises(DataError, match=r"train\.en\.gz: download failed"):
