@@ -9,6 +9,7 @@ from transduce.config import override
 from transduce.data.dataset import PreparedData
 from transduce.decoding.translate import Translator
 from transduce.presets import tiny
+from transduce.training import loop
 from transduce.training.checkpoint import CheckpointStore, load, steps_to_average
 from transduce.training.loop import Trainer, TrainingError, train
 from transduce.training.runlog import read_log
@@ -138,6 +139,7 @@ def test_a_run_that_keeps_diverging_stops_with_a_clear_message(toy_data, tmp_pat
     trainer = _trainer(toy_config(**{"train.valid_every": 100}), toy_data, tmp_path / "run")
     with pytest.raises(TrainingError, match="non-finite losses in a row"):
         trainer.run()
+    assert trainer.progress.bad_steps == loop.MAX_BAD_STEPS  # the first time it is reached
 
 
 def test_no_batch_that_fits_is_an_error_not_a_hang(toy_data, tmp_path):

@@ -126,6 +126,23 @@ def test_the_loss_receives_the_configured_label_smoothing(data, tmp_path, monkey
     assert received and set(received) == {0.17}
 
 
+@pytest.mark.parametrize("clip_norm", [0.37, 0.0])
+def test_gradients_are_clipped_to_the_configured_norm_and_only_when_asked(
+    data, tmp_path, monkeypatch, clip_norm
+):
+    """`train.clip_norm` reaches every update's clipping (the RNN presets' 5.0); 0 clips
+    nothing, as the paper's Transformer trains."""
+    norms, real = [], torch.nn.utils.clip_grad_norm_
+
+    def recording_clip(parameters, max_norm, *args, **kwargs):
+        norms.append(max_norm)
+        return real(parameters, max_norm, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording_clip)
+    _trainer(data, tmp_path / "run", **{"train.clip_norm": clip_norm}).run()
+    assert norms == ([clip_norm] * SETTINGS["train.max_steps"] if clip_norm else [])
+
+
 def _dropout_sites(model: nn.Module) -> dict[str, Dropout]:
     """The dropout modules, which are all transduce's own (the CPU's cheaper mask)."""
     assert not any(isinstance(m, nn.Dropout) for m in model.modules())
