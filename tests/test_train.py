@@ -125,6 +125,28 @@ def test_a_non_finite_loss_skips_the_update(toy_data, tmp_path, monkeypatch):
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
 
 
+def test_only_non_finite_losses_in_a_row_stop_a_run(toy_data, tmp_path, monkeypatch):
+    """A bad update now and then (every other one here, more than `MAX_BAD_STEPS` in all) is
+    skipped each time and the run goes on: a good update starts the count again."""
+    import transduce.training.step as train_module
+
+    real, calls = train_module.model_loss, {"n": 0}
+
+    def every_other_nan(*args):
+        calls["n"] += 1
+        sums = real(*args)
+        if calls["n"] % 2:
+            sums.loss = sums.loss * math.nan
+        return sums
+
+    monkeypatch.setattr(train_module, "model_loss", every_other_nan)
+    steps = 2 * loop.MAX_BAD_STEPS + 2
+    config = toy_config(**{"train.max_steps": steps, "train.valid_every": 100})
+    trainer = _trainer(config, toy_data, tmp_path / "run")
+    trainer.run()
+    assert trainer.progress.step == steps and trainer.progress.bad_steps == steps // 2
+
+
 def test_a_run_that_keeps_diverging_stops_with_a_clear_message(toy_data, tmp_path, monkeypatch):
     import transduce.training.step as train_module
 
