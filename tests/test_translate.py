@@ -41,13 +41,46 @@ def test_a_saved_runs_decoding_settings_reach_the_search(tmp_path, monkeypatch):
     seen = []
 
     def recording_search(*args, **kwargs):
-        seen.append((kwargs["beam_size"], kwargs["alpha"], kwargs["max_len_b"]))
+        seen.append(tuple(kwargs[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")))
         return search(*args, **kwargs)
 
     search = translate_module.beam_search
     monkeypatch.setattr(translate_module, "beam_search", recording_search)
-    saved = save_toy_model(tmp_path, DecodeConfig(beam_size=3, alpha=1.0, max_len_b=7))
-    translator = transduce.load(saved)
+    decode = DecodeConfig(beam_size=3, alpha=1.0, max_len_a=1.5, max_len_b=7)
+    translator = transduce.load(save_toy_model(tmp_path, decode))
     translator.translate(["a b c"])
     translator.translate(["a b c"], DecodeConfig(beam_size=2))
-    assert seen == [(3, 1.0, 7), (2, 0.6, 50)]
+    assert seen == [(3, 1.0, 1.5, 7), (2, 0.6, 1.0, 50)]
+
+
+def test_the_search_gets_sentences_of_one_length_together_and_the_models_cap(monkeypatch):
+    """Sources are sorted by length before they are cut into batches (little padding), and the
+    search is told the longest output the model's positions allow (learned positions)."""
+    import transduce.decoding.translate as translate_module
+
+    seen = []
+
+    def recording_search(model, src, **kwargs):
+        seen.append(((src != FakeVocab.pad).sum(dim=1).tolist(), kwargs["max_len"]))
+        return search(model, src, **kwargs)
+
+    search = translate_module.beam_search
+    monkeypatch.setattr(translate_module, "beam_search", recording_search)
+    model = tiny_model(positions="learned", max_positions=12)
+    sources = [[4] * 5, [5], [6] * 5, [7]]
+    decode = DecodeConfig(batch_size=2, beam_size=2)
+    decode_ids(model, FakeVocab(), sources, decode, torch.device("cpu"))
+    assert seen == [([2, 2], 12), ([6, 6], 12)]  # EOS counted
+
+
+def test_spaces_around_a_line_change_nothing(tmp_path):
+    """Lines are stripped before they are encoded: a pasted line with spaces or a tab around it
+    translates as the bare line does, and a line of spaces alone is an empty line."""
+    import transduce
+
+    from .conftest import save_toy_model
+
+    translator = transduce.load(save_toy_model(tmp_path, DecodeConfig()))
+    bare, padded = translator.translate(["a b c", "  \ta b c  "])
+    assert padded == bare
+    assert translator.translate(["   "]) == [[("", 0.0)]]

@@ -88,6 +88,20 @@ def test_the_cooldown_takes_the_rate_linearly_down_over_the_last_steps(data, tmp
     assert rates[-3:] == pytest.approx([eq3[0], eq3[1] * 2 / 3, eq3[2] / 3], rel=1e-12)
 
 
+def test_a_run_in_epochs_cools_down_by_the_batches_it_has_gone_through(data, tmp_path):
+    """With `train.max_epochs` the budget spent before an update is the epochs gone through,
+    counted in batches: over one epoch of n batches the last half cools linearly to the end."""
+    changes = {"train.max_epochs": 1, "train.max_steps": 10_000, "train.cooldown": 0.5}
+    trainer = _trainer(data, tmp_path / "run", **changes)
+    n = trainer.epochs.num_batches(0)
+    rates = _record_rates(trainer)
+    trainer.run()
+    d_model = trainer.config.model.d_model
+    factor = lambda k: min(1.0, (1 - (k - 1) / n) / 0.5)  # noqa: E731
+    expected = [learning_rate(k, d_model, 8, 0.7) * factor(k) for k in range(1, n + 1)]
+    assert n >= 4 and rates == pytest.approx(expected, rel=1e-12)
+
+
 class _Clock:
     """time.monotonic for the loop: every reading is 3 seconds after the last."""
 
