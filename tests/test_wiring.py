@@ -5,6 +5,8 @@ uses them as the config says: the rate Adam steps with, the smoothing the loss g
 dropout is on.
 """
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -100,6 +102,25 @@ def test_a_run_in_epochs_cools_down_by_the_batches_it_has_gone_through(data, tmp
     factor = lambda k: min(1.0, (1 - (k - 1) / n) / 0.5)  # noqa: E731
     expected = [learning_rate(k, d_model, 8, 0.7) * factor(k) for k in range(1, n + 1)]
     assert n >= 4 and rates == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_plateau_schedule_hears_every_validation(data, tmp_path, monkeypatch):
+    """`train.schedule=plateau` halves the rate after `plateau_patience` validations without a
+    lower dev loss: the loop hands each validation's record to the schedule. Here the dev loss
+    rises after the first validation (at 3), so the rate halves after each of 6, 9 and 12."""
+    import transduce.training.loop as loop_module
+
+    def rising_dev_loss(model, data, config, device, autocast):
+        rising_dev_loss.calls += 1
+        return {"loss": float(rising_dev_loss.calls), "nll": 1.0, "ppl": math.e}
+
+    rising_dev_loss.calls = 0
+    monkeypatch.setattr(loop_module, "dev_loss", rising_dev_loss)
+    changes = {"train.schedule": "plateau", "train.lr": 0.01, "train.plateau_patience": 1}
+    trainer = _trainer(data, tmp_path / "run", **changes, **{"train.valid_every": 3})
+    rates = _record_rates(trainer)
+    trainer.run()
+    assert rates == pytest.approx([0.01] * 6 + [0.005] * 3 + [0.0025] * 3)
 
 
 class _Clock:
