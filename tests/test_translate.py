@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from transduce.config import DecodeConfig
@@ -84,3 +85,22 @@ def test_spaces_around_a_line_change_nothing(tmp_path):
     bare, padded = translator.translate(["a b c", "  \ta b c  "])
     assert padded == bare
     assert translator.translate(["   "]) == [[("", 0.0)]]
+
+
+def test_a_line_longer_than_learned_positions_allow_is_refused_by_its_number():
+    """With learned positions (a table of `max_positions`), a source of that many subwords with
+    its EOS fits; one more is refused before any decoding, naming the line (counted from 1)."""
+    from transduce.decoding.translate import Translator
+
+    class WordVocab(FakeVocab):
+        def encode(self, lines):
+            return [[4] * len(line.split()) for line in lines]
+
+        def decode(self, rows):
+            return ["w " * len(row) for row in rows]
+
+    model = tiny_model(positions="learned", max_positions=6)
+    translator = Translator(model, WordVocab(), DecodeConfig(beam_size=1), torch.device("cpu"))
+    assert len(translator.translate(["a b c d e"])) == 1  # 5 subwords + EOS = 6
+    with pytest.raises(ValueError, match=r"input line 2: 7 subwords exceed .*max_positions=6"):
+        translator.translate(["a", "a b c d e f"])

@@ -123,6 +123,22 @@ def test_the_plateau_schedule_hears_every_validation(data, tmp_path, monkeypatch
     assert rates == pytest.approx([0.01] * 6 + [0.005] * 3 + [0.0025] * 3)
 
 
+def test_without_a_dev_score_the_best_checkpoint_is_the_lowest_dev_loss(
+    data, tmp_path, monkeypatch
+):
+    """`train.valid_bleu=false`: best.pt is the validation of the lowest dev loss, here the
+    second of four (3.0, 1.0, 2.0, 4.0)."""
+    import transduce.training.loop as loop_module
+    from transduce.training.checkpoint import load
+
+    losses = iter([3.0, 1.0, 2.0, 4.0])
+    dev = lambda *args: {"loss": next(losses), "nll": 1.0, "ppl": math.e}  # noqa: E731
+    monkeypatch.setattr(loop_module, "dev_loss", dev)
+    trainer = _trainer(data, tmp_path / "run", **{"train.valid_every": 3})
+    trainer.run()
+    assert load(trainer.store.best_path())["step"] == 6
+
+
 class _Clock:
     """time.monotonic for the loop: every reading is 3 seconds after the last."""
 
