@@ -104,3 +104,15 @@ def test_a_line_longer_than_learned_positions_allow_is_refused_by_its_number():
     assert len(translator.translate(["a b c d e"])) == 1  # 5 subwords + EOS = 6
     with pytest.raises(ValueError, match=r"input line 2: 7 subwords exceed .*max_positions=6"):
         translator.translate(["a", "a b c d e f"])
+
+
+def test_decoding_a_model_left_in_training_mode_uses_no_dropout():
+    """`decode_ids` puts the model in eval mode itself: a model handed over in training mode
+    (validation during a run) decodes as the same model in eval mode, not with dropout."""
+    model = tiny_model(3, dropout=0.5)
+    sources = [[4, 5, 6, 7], [8, 9]]
+    decode, cpu = DecodeConfig(beam_size=2), torch.device("cpu")
+    expected = decode_ids(model.eval(), FakeVocab(), sources, decode, cpu)
+    for _ in range(3):
+        got = decode_ids(model.train(), FakeVocab(), sources, decode, cpu)
+        assert [h[0].tokens for h in got] == [h[0].tokens for h in expected]
