@@ -78,6 +78,21 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(toy_data, tmp_path):
     }
 
 
+def test_a_resumed_run_logs_each_step_once_after_a_kill(toy_data, tmp_path):
+    """What a killed session logged after its newest checkpoint is redone on `--resume`: the log
+    forgets it, so that each update and validation is logged once, in order."""
+    config = toy_config(**{"train.max_steps": 20, "train.valid_every": 10, "train.log_every": 2})
+    run_dir = tmp_path / "run"
+    _trainer(config, toy_data, run_dir).run()
+    store = CheckpointStore(run_dir, 3)
+    store.path(20).unlink()  # killed after logging to step 20, before its checkpoint
+    _trainer(config, toy_data, run_dir, resume=True).run()
+    records = read_log(run_dir / "log.jsonl")
+    for kind in ("train", "valid"):
+        steps = [r["step"] for r in records if r["kind"] == kind]
+        assert steps == sorted(set(steps)) and steps[-1] == 20, kind
+
+
 def test_a_saved_model_loads_with_identical_outputs(toy_data, tmp_path):
     trainer = _trainer(toy_config(**{"train.max_steps": 20}), toy_data, tmp_path / "run")
     trainer.run()
