@@ -367,3 +367,17 @@ def test_decoding_takes_the_explicit_formula_for_one_new_position_and_the_kernel
     layer(torch.randn(2, 4, 8), k, v)  # 4 positions of each sentence at once
     assert paths == ["explicit", "explicit", "kernel"]
     assert not layer._explicit_is_faster(1, 5, torch.device("cuda"))
+
+
+def test_the_explicit_attention_drops_weights_at_its_rate_and_rescales_the_rest():
+    """`attention_reference(..., dropout=p)` (CPU training's path over short spans) zeroes each
+    attention weight with chance p and divides the others by 1 - p; the output uses them."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(3, 2, 4, 16, 8, generator=generator, dtype=torch.float64)
+    torch.manual_seed(0)
+    _, plain = attention.attention_reference(q, k, v, None)
+    out, dropped = attention.attention_reference(q, k, v, None, dropout=0.25)
+    kept = dropped != 0
+    assert 0.7 < kept.double().mean() < 0.8
+    torch.testing.assert_close(dropped[kept], plain[kept] / 0.75)
+    torch.testing.assert_close(out, dropped @ v)

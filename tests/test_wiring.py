@@ -165,6 +165,32 @@ def test_a_run_in_minutes_cools_down_by_its_clock_and_stops_at_the_budget(
     assert rates == pytest.approx([1e-3] * 6 + [8e-4, 6e-4, 4e-4, 2e-4], rel=1e-12)
 
 
+def test_a_resumed_run_in_minutes_counts_the_minutes_of_its_earlier_sessions(
+    data, tmp_path, monkeypatch
+):
+    """The budget in minutes is the run's, not a session's: stopped after 4 updates (12 of its
+    30 seconds) and resumed, it stops where an uninterrupted run does, at update 10."""
+    import transduce.training.loop as loop_module
+
+    budget = {"train.max_minutes": 0.5, "train.schedule": "constant", "train.valid_every": 2}
+    monkeypatch.setattr(loop_module, "time", _Clock())
+    _trainer(data, tmp_path / "run", **budget, **{"train.max_steps": 4}).run()
+    monkeypatch.setattr(loop_module, "time", _Clock())  # a new session's clock
+    config = override(override(tiny(), SETTINGS), {**budget, "train.max_steps": 40})
+    resumed = Trainer(config, data, tmp_path / "run", True, torch.device("cpu"))
+    resumed.run()
+    assert resumed.progress.step == 10
+
+
+def test_each_training_log_line_covers_the_updates_since_the_last(data, tmp_path):
+    """`train.log_every`: a line every 3 updates, each over its own 3 (not the run so far)."""
+    from transduce.training.runlog import read_log
+
+    _trainer(data, tmp_path / "run", **{"train.log_every": 3}).run()
+    lines = [r for r in read_log(tmp_path / "run" / "log.jsonl") if r["kind"] == "train"]
+    assert [(r["step"], r["updates"]) for r in lines] == [(3, 3), (6, 3), (9, 3), (12, 3)]
+
+
 def test_the_loss_receives_the_configured_label_smoothing(data, tmp_path, monkeypatch):
     received, real = [], step_module.model_loss
 
