@@ -221,6 +221,24 @@ def test_the_encoders_self_attention_stacks_in_training_only(monkeypatch):
     assert calls == ["w_q", "w_q"]
 
 
+def _fused_calls_as_on_a_gpu(monkeypatch, reading) -> list:
+    """Each fused attention call's `reading()` of the backends allowed, the model choosing its
+    kernels as on a GPU (`fused_kernels` told "cuda") and training on the kernel as a GPU does."""
+    readings, fused, choose = [], F.scaled_dot_product_attention, attention.fused_kernels
+
+    def recording(*args, **kwargs):
+        readings.append(reading())
+        return fused(*args, **kwargs)
+
+    def as_on_a_gpu(device, unmasked=False):
+        return choose(torch.device("cuda"), unmasked)
+
+    monkeypatch.setattr(attention, "fused_kernels", as_on_a_gpu)
+    monkeypatch.setattr(attention, "EXPLICIT_TRAINING_SPAN", 0)
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    return readings
+
+
 def test_on_a_gpu_attention_never_takes_cudnns_kernel(monkeypatch):
     """cuDNN's fused attention builds a plan for each new input shape (~6 ms a call, SPEED.md):
     on a GPU the fused call may take flash, memory-efficient or math attention, not cuDNN's; on a
@@ -236,16 +254,7 @@ def test_on_a_gpu_attention_never_takes_cudnns_kernel(monkeypatch):
         assert backends.cudnn_sdp_enabled()
     assert backends.cudnn_sdp_enabled()
 
-    cudnn_allowed, fused, choose = [], F.scaled_dot_product_attention, attention.fused_kernels
-
-    def recording(*args, **kwargs):
-        cudnn_allowed.append(backends.cudnn_sdp_enabled())
-        return fused(*args, **kwargs)
-
-    as_on_a_gpu = lambda device, unmasked=False: choose(cuda, unmasked)  # noqa: E731
-    monkeypatch.setattr(attention, "fused_kernels", as_on_a_gpu)
-    monkeypatch.setattr(attention, "EXPLICIT_TRAINING_SPAN", 0)  # a GPU trains on the kernel
-    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    cudnn_allowed = _fused_calls_as_on_a_gpu(monkeypatch, backends.cudnn_sdp_enabled)
     model = tiny_model().train()
     model(torch.tensor([[4, 5, 6, 3]]), torch.tensor([[2, 7, 8]]))
     n_layers = model.config.n_layers
@@ -265,16 +274,7 @@ def test_on_a_gpu_attention_without_mask_over_every_key_may_not_take_flash(monke
         assert backends.flash_sdp_enabled()
     assert backends.flash_sdp_enabled()
 
-    flash_allowed, fused, choose = [], F.scaled_dot_product_attention, attention.fused_kernels
-
-    def recording(*args, **kwargs):
-        flash_allowed.append(backends.flash_sdp_enabled())
-        return fused(*args, **kwargs)
-
-    as_on_a_gpu = lambda device, unmasked=False: choose(cuda, unmasked)  # noqa: E731
-    monkeypatch.setattr(attention, "fused_kernels", as_on_a_gpu)
-    monkeypatch.setattr(attention, "EXPLICIT_TRAINING_SPAN", 0)  # a GPU trains on the kernel
-    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    flash_allowed = _fused_calls_as_on_a_gpu(monkeypatch, backends.flash_sdp_enabled)
     model = tiny_model().train()
     src, tgt = torch.tensor([[4, 5, 6, 3]]), torch.tensor([[2, 7, 8]])
     n_layers = model.config.n_layers

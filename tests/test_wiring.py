@@ -301,7 +301,7 @@ def test_train_step_descends_the_per_token_loss_of_the_whole_group_with_clipping
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     n_tokens = sum(b.n_tgt_tokens for b in batches)
     sums = [label_smoothed_loss(model(b.src, b.tgt_in), b.tgt_out, 0.1, PAD) for b in batches]
-    total, nll = sum(s.loss for s in sums), sum(float(s.nll) for s in sums)
+    total, nll = sum(s.loss for s in sums), sum(float(s.nll.detach()) for s in sums)
     grads = torch.autograd.grad(total / n_tokens, list(model.parameters()))
     norm = torch.sqrt(sum((g**2).sum() for g in grads))
     scale = min(1.0, 0.05 / float(norm))  # clip_grad_norm_ to 0.05
