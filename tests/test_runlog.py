@@ -12,6 +12,13 @@ def test_a_last_line_torn_by_a_kill_is_dropped(tmp_path):
     assert read_log(log) == [{"step": 1}, {"step": 2}]
 
 
+def test_blank_lines_in_a_log_are_skipped(tmp_path):
+    """A log opened and saved by an editor may gain empty lines: they are no records."""
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1}\n\n  \n{"step": 2}\n\n')
+    assert read_log(log) == [{"step": 1}, {"step": 2}]
+
+
 def test_a_broken_line_inside_the_log_is_an_error_naming_it(tmp_path):
     log = tmp_path / "log.jsonl"
     log.write_text('{"step": 1}\nnonsense\n{"step": 3}\n')

@@ -108,6 +108,13 @@ def test_resume_with_a_different_model_is_refused(toy_data, tmp_path):
     _trainer(toy_config(**{"train.max_steps": 10}), toy_data, tmp_path / "run").run()
     with pytest.raises(TrainingError, match="different configuration"):
         _trainer(toy_config(**{"model.d_ff": 128}), toy_data, tmp_path / "run", resume=True)
+    # only when to stop may change: the schedule, say, may not
+    only_limits = r"only train\.max_steps, max_epochs and max_minutes may change"
+    for change in ({"train.lr_scale": 2.0}, {"train.warmup_steps": 99}, {"data.max_tokens": 99}):
+        with pytest.raises(TrainingError, match=only_limits):
+            _trainer(toy_config(**change), toy_data, tmp_path / "run", resume=True)
+    longer = toy_config(**{"train.max_steps": 12, "train.max_epochs": 50, "train.max_minutes": 9})
+    _trainer(longer, toy_data, tmp_path / "run", resume=True)
     with pytest.raises(TrainingError, match="already holds a run"):
         _trainer(toy_config(), toy_data, tmp_path / "run")
 
