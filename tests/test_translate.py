@@ -1,14 +1,28 @@
 import pytest
 import torch
 
+import transduce
+import transduce.decoding.translate as translate_module
 from transduce.config import DecodeConfig
-from transduce.decoding.translate import decode_ids
+from transduce.decoding.translate import Translator, decode_ids
 
-from .conftest import tiny_model
+from .conftest import save_toy_model, tiny_model
 
 
 class FakeVocab:
     pad, unk, bos, eos = 0, 1, 2, 3
+
+
+def _searches(monkeypatch, reading) -> list:
+    """`reading(src, kwargs)` of each call translating makes to beam search."""
+    seen, search = [], translate_module.beam_search
+
+    def recording_search(model, src, **kwargs):
+        seen.append(reading(src, kwargs))
+        return search(model, src, **kwargs)
+
+    monkeypatch.setattr(translate_module, "beam_search", recording_search)
+    return seen
 
 
 def test_learned_positions_cap_the_output_length_instead_of_crashing():
@@ -34,19 +48,8 @@ def test_results_come_back_in_input_order_whatever_the_batching():
 def test_a_saved_runs_decoding_settings_reach_the_search(tmp_path, monkeypatch):
     """What a preset or `--set decode.*` chose (`tiny`'s alpha 1.0, say) is what translating the
     run searches with, unless the call names its own."""
-    import transduce
-    import transduce.decoding.translate as translate_module
-
-    from .conftest import save_toy_model
-
-    seen = []
-
-    def recording_search(*args, **kwargs):
-        seen.append(tuple(kwargs[k] for k in ("beam_size", "alpha", "max_len_a", "max_len_b")))
-        return search(*args, **kwargs)
-
-    search = translate_module.beam_search
-    monkeypatch.setattr(translate_module, "beam_search", recording_search)
+    settings = ("beam_size", "alpha", "max_len_a", "max_len_b")
+    seen = _searches(monkeypatch, lambda src, kwargs: tuple(kwargs[k] for k in settings))
     decode = DecodeConfig(beam_size=3, alpha=1.0, max_len_a=1.5, max_len_b=7)
     translator = transduce.load(save_toy_model(tmp_path, decode))
     translator.translate(["a b c"])
@@ -57,16 +60,9 @@ def test_a_saved_runs_decoding_settings_reach_the_search(tmp_path, monkeypatch):
 def test_the_search_gets_sentences_of_one_length_together_and_the_models_cap(monkeypatch):
     """Sources are sorted by length before they are cut into batches (little padding), and the
     search is told the longest output the model's positions allow (learned positions)."""
-    import transduce.decoding.translate as translate_module
-
-    seen = []
-
-    def recording_search(model, src, **kwargs):
-        seen.append(((src != FakeVocab.pad).sum(dim=1).tolist(), kwargs["max_len"]))
-        return search(model, src, **kwargs)
-
-    search = translate_module.beam_search
-    monkeypatch.setattr(translate_module, "beam_search", recording_search)
+    seen = _searches(
+        monkeypatch, lambda src, kwargs: ((src != FakeVocab.pad).sum(1).tolist(), kwargs["max_len"])
+    )
     model = tiny_model(positions="learned", max_positions=12)
     sources = [[4] * 5, [5], [6] * 5, [7]]
     decode = DecodeConfig(batch_size=2, beam_size=2)
@@ -77,10 +73,6 @@ def test_the_search_gets_sentences_of_one_length_together_and_the_models_cap(mon
 def test_spaces_around_a_line_change_nothing(tmp_path):
     """Lines are stripped before they are encoded: a pasted line with spaces or a tab around it
     translates as the bare line does, and a line of spaces alone is an empty line."""
-    import transduce
-
-    from .conftest import save_toy_model
-
     translator = transduce.load(save_toy_model(tmp_path, DecodeConfig()))
     bare, padded = translator.translate(["a b c", "  \ta b c  "])
     assert padded == bare
@@ -90,7 +82,6 @@ def test_spaces_around_a_line_change_nothing(tmp_path):
 def test_a_line_longer_than_learned_positions_allow_is_refused_by_its_number():
     """With learned positions (a table of `max_positions`), a source of that many subwords with
     its EOS fits; one more is refused before any decoding, naming the line (counted from 1)."""
-    from transduce.decoding.translate import Translator
 
     class WordVocab(FakeVocab):
         def encode(self, lines):

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import transduce.models.attention as attention_module
+import transduce.training.loop as loop_module
 import transduce.training.step as step_module
 from transduce.config import override
 from transduce.data.corpus import LengthFilter
@@ -44,9 +45,16 @@ def data(tmp_path_factory) -> PreparedData:
     )
 
 
-def _trainer(data, run_dir, **changes):
+def _trainer(data, run_dir, resume=False, **changes):
     config = override(override(tiny(), SETTINGS), changes)
-    return Trainer(config, data, run_dir, False, torch.device("cpu"))
+    return Trainer(config, data, run_dir, resume, torch.device("cpu"))
+
+
+def _dev_losses(monkeypatch, losses) -> None:
+    """The loop's validations see these dev losses, one after another."""
+    remaining = iter(losses)
+    dev = lambda *args: {"loss": next(remaining), "nll": 1.0, "ppl": math.e}  # noqa: E731
+    monkeypatch.setattr(loop_module, "dev_loss", dev)
 
 
 def _record_rates(trainer) -> list[float]:
@@ -108,14 +116,7 @@ def test_the_plateau_schedule_hears_every_validation(data, tmp_path, monkeypatch
     """`train.schedule=plateau` halves the rate after `plateau_patience` validations without a
     lower dev loss: the loop hands each validation's record to the schedule. Here the dev loss
     rises after the first validation (at 3), so the rate halves after each of 6, 9 and 12."""
-    import transduce.training.loop as loop_module
-
-    def rising_dev_loss(model, data, config, device, autocast):
-        rising_dev_loss.calls += 1
-        return {"loss": float(rising_dev_loss.calls), "nll": 1.0, "ppl": math.e}
-
-    rising_dev_loss.calls = 0
-    monkeypatch.setattr(loop_module, "dev_loss", rising_dev_loss)
+    _dev_losses(monkeypatch, [1.0, 2.0, 3.0, 4.0])
     changes = {"train.schedule": "plateau", "train.lr": 0.01, "train.plateau_patience": 1}
     trainer = _trainer(data, tmp_path / "run", **changes, **{"train.valid_every": 3})
     rates = _record_rates(trainer)
@@ -128,12 +129,9 @@ def test_without_a_dev_score_the_best_checkpoint_is_the_lowest_dev_loss(
 ):
     """`train.valid_bleu=false`: best.pt is the validation of the lowest dev loss, here the
     second of four (3.0, 1.0, 2.0, 4.0)."""
-    import transduce.training.loop as loop_module
     from transduce.training.checkpoint import load
 
-    losses = iter([3.0, 1.0, 2.0, 4.0])
-    dev = lambda *args: {"loss": next(losses), "nll": 1.0, "ppl": math.e}  # noqa: E731
-    monkeypatch.setattr(loop_module, "dev_loss", dev)
+    _dev_losses(monkeypatch, [3.0, 1.0, 2.0, 4.0])
     trainer = _trainer(data, tmp_path / "run", **{"train.valid_every": 3})
     trainer.run()
     assert load(trainer.store.best_path())["step"] == 6
@@ -153,8 +151,6 @@ class _Clock:
 def test_a_run_in_minutes_cools_down_by_its_clock_and_stops_at_the_budget(
     data, tmp_path, monkeypatch
 ):
-    import transduce.training.loop as loop_module
-
     monkeypatch.setattr(loop_module, "time", _Clock())
     budget = {"train.max_minutes": 0.5, "train.max_steps": 40, "train.cooldown": 0.5}
     trainer = _trainer(data, tmp_path / "run", **{"train.schedule": "constant", **budget})
@@ -170,14 +166,11 @@ def test_a_resumed_run_in_minutes_counts_the_minutes_of_its_earlier_sessions(
 ):
     """The budget in minutes is the run's, not a session's: stopped after 4 updates (12 of its
     30 seconds) and resumed, it stops where an uninterrupted run does, at update 10."""
-    import transduce.training.loop as loop_module
-
     budget = {"train.max_minutes": 0.5, "train.schedule": "constant", "train.valid_every": 2}
     monkeypatch.setattr(loop_module, "time", _Clock())
     _trainer(data, tmp_path / "run", **budget, **{"train.max_steps": 4}).run()
     monkeypatch.setattr(loop_module, "time", _Clock())  # a new session's clock
-    config = override(override(tiny(), SETTINGS), {**budget, "train.max_steps": 40})
-    resumed = Trainer(config, data, tmp_path / "run", True, torch.device("cpu"))
+    resumed = _trainer(data, tmp_path / "run", True, **budget, **{"train.max_steps": 40})
     resumed.run()
     assert resumed.progress.step == 10
 
