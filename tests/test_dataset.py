@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from transduce.config import TaskConfig
 from transduce.data import dataset
 from transduce.data.corpus import DataError, LengthFilter
 from transduce.data.dataset import PreparedData, prepare
@@ -62,6 +63,7 @@ def test_prepare_writes_filtered_train_and_whole_dev_test(tmp_path, splits):
     assert meta["splits"]["train"]["lines"] == 203 and len(data.split("train")) == 200
     assert meta["description"] == {"corpus": "toy"}
     assert meta["vocab_size_actual"] == len(data.vocab)
+    assert (tmp_path / "prep").stat().st_mode & 0o777 == 0o755  # not the private temporary's 0o700
     for name, n in (("dev", 22), ("test", 10)):  # never filtered: empty and long lines stay
         text = data.text(name)
         as_written = gzip.decompress(splits[name][0].read_bytes()).decode().split("\n")[:-1]
@@ -71,6 +73,21 @@ def test_prepare_writes_filtered_train_and_whole_dev_test(tmp_path, splits):
         assert np.array_equal(encoded.index, np.arange(n))
         assert data.vocab.decode([encoded.pair(i)[0] for i in range(n)]) == text.src
         assert data.vocab.decode([encoded[i][1] for i in range(n)]) == text.tgt
+
+
+def test_the_train_split_keeps_the_line_of_each_pair_the_filter_kept(tmp_path, splits):
+    en = ["a man runs", "", "the dog", " ".join(["man"] * 60), "the green field ."]
+    de = ["ein mann läuft", "ein hund", "das hund", "ein mann", "das grüne feld ."]
+    raw = tmp_path / "raw"
+    train = (write_gz(raw / "t.en.gz", en), write_gz(raw / "t.de.gz", de))
+    data = run_prepare({**splits, "train": train}, tmp_path / "prep")
+    kept = data.split("train")
+    assert kept.index.tolist() == [0, 2, 4]
+    assert data.vocab.decode([kept[i][0] for i in range(3)]) == [en[0], en[2], en[4]]
+    assert data.vocab.decode([kept[i][1] for i in range(3)]) == [de[0], de[2], de[4]]
+    empty = (write_gz(raw / "e.en.gz", ["", "a"]), write_gz(raw / "e.de.gz", ["ein", ""]))
+    with pytest.raises(DataError, match=r"e\.en\.gz: the length filter dropped every pair"):
+        run_prepare({**splits, "train": empty}, tmp_path / "prep2")
 
 
 def test_lengths_and_offsets_agree(tmp_path, splits):
@@ -113,11 +130,42 @@ def test_a_changed_option_rebuilds(tmp_path, splits, changes):
     assert (second != first) or changes == {"force": True}
 
 
+def test_another_sentencepiece_rebuilds(tmp_path, splits, monkeypatch):
+    """Its BPE may split the same text otherwise, so the folder is rebuilt, not trusted."""
+    first = run_prepare(splits, tmp_path / "prep").meta["fingerprint"]
+    monkeypatch.setattr(dataset.sentencepiece, "__version__", "0.0.1")
+    assert run_prepare(splits, tmp_path / "prep").meta["fingerprint"] != first
+
+
+@pytest.mark.parametrize("meta", ["{", "[1, 2]"])
+def test_a_folder_with_a_damaged_meta_is_rebuilt_and_leaves_nothing_behind(tmp_path, splits, meta):
+    out = tmp_path / "prep"
+    run_prepare(splits, out)
+    (out / "meta.json").write_text(meta)
+    assert len(run_prepare(splits, out).split("train")) == 200
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prep", "raw"]  # no old or temporary
+
+
 def test_changed_input_text_rebuilds(tmp_path, splits):
     out = tmp_path / "prep"
     run_prepare(splits, out)
     write_gz(splits["test"][1], ["anders"] * 10)
     assert run_prepare(splits, out).text("test").tgt == ["anders"] * 10
+
+
+def test_an_extra_file_is_copied_and_a_change_to_its_contents_rebuilds(tmp_path, splits):
+    """A parsing task's gold trees travel with the folder; new trees at the same path are new
+    inputs, and `whole_tokens` are options like any other."""
+    out, gold = tmp_path / "prep", tmp_path / "gold.mrg"
+    gold.write_text("(S (NP x))\n")
+    run_prepare(splits, out, extra_files={"gold.mrg": gold})
+    assert (out / "gold.mrg").read_text() == "(S (NP x))\n"
+    first = json.loads((out / "meta.json").read_text())["fingerprint"]
+    gold.write_text("(S (VP y))\n")
+    rebuilt = run_prepare(splits, out, extra_files={"gold.mrg": gold})
+    assert (out / "gold.mrg").read_text() == "(S (VP y))\n"
+    with_tokens = run_prepare(splits, out, extra_files={"gold.mrg": gold}, whole_tokens=["(S"])
+    assert len({first, rebuilt.meta["fingerprint"], with_tokens.meta["fingerprint"]}) == 3
 
 
 def test_failed_prepare_leaves_no_half_dataset(tmp_path, splits, monkeypatch):
@@ -152,6 +200,62 @@ def test_errors_name_the_folder(tmp_path, splits):
         data.split("valid")
     with pytest.raises(DataError, match="not kept"):
         data.text("train")
+
+
+@pytest.mark.parametrize("damage", ["empty", "cut short", "not an archive", "no offsets"])
+def test_a_damaged_split_is_named_and_not_read(tmp_path, splits, damage):
+    data = run_prepare(splits, tmp_path / "prep")
+    path = tmp_path / "prep" / "train.npz"
+    whole = path.read_bytes()
+    if damage == "no offsets":
+        arrays = dict(np.load(path))
+        del arrays["tgt_offsets"]
+        np.savez(path, **arrays)
+    else:
+        path.write_bytes(
+            {"empty": b"", "cut short": whole[: len(whole) // 2]}.get(damage, b"x" * 99)
+        )
+    with pytest.raises(DataError, match=f"{path}: not an encoded split"):
+        PreparedData.load(data.path).split("train")
+
+
+def test_a_folder_of_another_format_is_refused_not_misread(tmp_path, splits):
+    run_prepare(splits, tmp_path / "prep")
+    meta_path = tmp_path / "prep" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps(meta | {"format": dataset.FORMAT + 1}))
+    with pytest.raises(DataError, match=f"prepared with format {dataset.FORMAT + 1}, need"):
+        PreparedData.load(tmp_path / "prep")
+
+
+@pytest.mark.parametrize(("variant", "lowercase_tokens"), [("tok", True), ("raw", False)])
+def test_a_folder_from_before_tasks_were_recorded_is_scored_as_its_variant(
+    tmp_path, splits, variant, lowercase_tokens
+):
+    data = run_prepare(splits, tmp_path / "prep", task=TaskConfig(name="parse"))
+    legacy = {k: v for k, v in data.meta.items() if k != "task"}
+    legacy["description"] = {"corpus": "multi30k", "variant": variant}
+    (tmp_path / "prep" / "meta.json").write_text(json.dumps(legacy))
+    task = PreparedData.load(tmp_path / "prep").task
+    assert task.name == "translation"
+    assert (task.tokenize, task.lowercase) == (
+        ("none", True) if lowercase_tokens else ("13a", False)
+    )
+
+
+def test_a_split_is_read_from_disk_once(tmp_path, splits, monkeypatch):
+    """Every epoch and every validation asks for the same split: the first read serves all."""
+    data = run_prepare(splits, tmp_path / "prep")
+    reads = []
+    load = dataset.EncodedSplit.load
+    monkeypatch.setattr(dataset.EncodedSplit, "load", lambda path: reads.append(path) or load(path))
+    assert data.split("train") is data.split("train")
+    assert reads == [tmp_path / "prep" / "train.npz"]
+
+
+def test_a_split_needs_one_line_number_per_pair():
+    with pytest.raises(ValueError, match="2 sources, 2 targets and 3 lines"):
+        dataset.EncodedSplit.from_sequences([[4], [5]], [[6], [7]], np.arange(3))
 
 
 def test_mismatched_input_names_both_files(tmp_path, splits):

@@ -49,6 +49,15 @@ def test_a_rate_next_to_one_drops_nearly_everything_and_never_blows_up(p):
     assert y.max().item() <= 1 / (1 - p) + 1 and y.max().item() <= LEVELS
 
 
+def test_each_level_of_the_rate_drops_one_value_of_the_65536():
+    """The mask's threshold counts exactly `levels_dropped` of the 16-bit values: none at 0, one
+    at 1 (an error of one value is invisible at p = 0.1, but doubles the rate here)."""
+    torch.manual_seed(7)
+    shape = torch.Size([1 << 22])  # 64 draws of each 16-bit value on average
+    assert not drop_mask(shape, 0).any()
+    assert 32 < drop_mask(shape, 1).sum().item() < 100  # expected 64; two values: 128
+
+
 def test_a_rate_that_rounds_to_zero_leaves_the_input_as_it_is():
     x = torch.randn(1000)
     assert dropout(x, 1e-6) is x

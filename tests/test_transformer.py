@@ -96,6 +96,8 @@ def test_beams_share_the_encoder_output_and_reorder_selects_rows(model):
     full = model(SRC, TGT_IN)
     cache = model.init_cache(model.encode(SRC), group)
     assert cache.layers[0].cross_k.size(0) == SRC.size(0)  # one copy per sentence, not per beam
+    # made contiguous once, or every step's products would copy the heads out of them again
+    assert all(c.cross_k.is_contiguous() and c.cross_v.is_contiguous() for c in cache.layers)
     rows = TGT_IN.repeat_interleave(group, dim=0)
     for t in range(3):
         out = model.step(rows[:, t : t + 1], cache)
@@ -149,8 +151,9 @@ def test_attention_maps_use_the_reference_path_and_agree_with_the_fused_one(mode
     assert torch.triu(maps.decoder_self[1][0], diagonal=1).abs().max() == 0
 
 
-def test_every_parameter_gets_a_gradient(model):
-    model.train()
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_parameter_gets_a_gradient(variant):
+    model = tiny_model(**variant).train()
     model(SRC, TGT_IN).sum().backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or p.grad.abs().sum() == 0]
     assert missing == []
@@ -169,10 +172,12 @@ def test_positional_encoding_is_the_formula_of_section_3_5():
 def test_long_inputs_past_the_sinusoid_table_still_work():
     model = tiny_model(max_positions=4)
     assert model(SRC, TGT_IN).shape == (2, 5, 12)
+    assert model.max_positions is None  # no limit for a server to enforce
 
 
 def test_learned_positions_refuse_a_sequence_longer_than_the_table():
     model = tiny_model(positions="learned", max_positions=4)
+    assert model.max_positions == 4
     with pytest.raises(ValueError, match="max_positions"):
         model(SRC, TGT_IN)
 
@@ -184,6 +189,33 @@ def test_embeddings_are_scaled_by_sqrt_d_model_and_shared_with_the_softmax(model
     torch.testing.assert_close(embed(tokens)[0], expected)
     assert model.src_embed.tokens is model.tgt_embed.tokens
     assert model.output is None  # the pre-softmax projection is the embedding matrix
+
+
+def test_weights_start_as_the_model_code_says():
+    """Embeddings N(0, d_model^-0.5) (unit variance after the sqrt(d_model) scale), the padding
+    row zero, learned positions likewise; every product Xavier-uniform with zero biases."""
+    d_model = 64
+    model = tiny_model(
+        d_model=d_model,
+        d_ff=128,
+        vocab_size=400,
+        positions="learned",
+        max_positions=400,
+        share_embeddings=False,
+        tie_output=False,
+    )
+    for table in (model.src_embed.tokens.weight, model.tgt_embed.tokens.weight):
+        assert torch.count_nonzero(table[PAD]) == 0
+        assert table[PAD + 1 :].std().item() == pytest.approx(d_model**-0.5, rel=0.05)
+    assert model.tgt_embed.positions.weight.std().item() == pytest.approx(d_model**-0.5, rel=0.05)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) > 20
+    for linear in linears:
+        fan_out, fan_in = linear.weight.shape
+        bound = math.sqrt(6 / (fan_in + fan_out))
+        assert linear.weight.abs().max().item() <= bound
+        assert linear.weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.1)
+        assert linear.bias is None or torch.count_nonzero(linear.bias) == 0
 
 
 def test_untied_embeddings_are_separate_parameters():

@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,8 @@ class EncodedSplit:
         try:
             with np.load(path) as arrays:
                 return cls(**{f.name: arrays[f.name] for f in dataclasses.fields(cls)})
-        except (OSError, KeyError, ValueError) as error:
+        # empty: EOFError; cut short or damaged: BadZipFile; not an archive: ValueError
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as error:
             raise DataError(f"{path}: not an encoded split ({error})") from error
 
     @classmethod
