@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import pytest
@@ -68,6 +69,22 @@ def test_bpe_dropout_gives_the_same_text_in_smaller_pieces(vocab):
     assert sum(map(len, dropped)) > sum(map(len, plain))  # merges were skipped
     assert vocab.encode_with_dropout(lines, 0.3, seed=5) == dropped  # a seed gives one answer
     assert vocab.encode_with_dropout(lines, 0.3, seed=6) != dropped
+
+
+def test_bpe_dropout_at_a_rate_near_one_skips_nearly_every_merge(vocab):
+    """The rate is the chance each merge is skipped: at 0.99 a word is nearly its characters."""
+    lines = tokenized_lines(100, seed=3)
+    dropped = vocab.encode_with_dropout(lines, 0.99, seed=5)
+    characters = sum(len(word) + 1 for line in lines for word in line.split())  # "▁" each
+    assert sum(map(len, dropped)) > 0.95 * characters
+
+
+def test_pieces_and_their_ids_map_both_ways_and_a_vocabulary_pickles_as_itself(vocab):
+    [ids] = vocab.encode(["the green dog runs over the field ."])
+    assert vocab.piece_ids(vocab.pieces(ids)) == ids
+    copy = pickle.loads(pickle.dumps(vocab))  # as the server hands it to its decoding process
+    lines = tokenized_lines(20, seed=4)
+    assert copy.encode(lines) == vocab.encode(lines) and copy.size == vocab.size
 
 
 def test_bpe_dropout_keeps_whole_tokens_whole(tmp_path):

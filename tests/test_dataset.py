@@ -90,6 +90,13 @@ def test_the_train_split_keeps_the_line_of_each_pair_the_filter_kept(tmp_path, s
         run_prepare({**splits, "train": empty}, tmp_path / "prep2")
 
 
+def test_a_test_set_ending_in_an_empty_line_keeps_it(tmp_path, splits):
+    raw = tmp_path / "raw"
+    test = (write_gz(raw / "x.en.gz", ["a dog", ""]), write_gz(raw / "x.de.gz", ["", "ein hund"]))
+    text = run_prepare({**splits, "test": test}, tmp_path / "prep").text("test")
+    assert (text.src, text.tgt) == (["a dog", ""], ["", "ein hund"])
+
+
 def test_lengths_and_offsets_agree(tmp_path, splits):
     train = run_prepare(splits, tmp_path / "prep").split("train")
     assert train.src_ids.dtype == np.int32 and train.src_offsets[-1] == len(train.src_ids)
