@@ -97,6 +97,17 @@ def test_a_test_set_ending_in_an_empty_line_keeps_it(tmp_path, splits):
     assert (text.src, text.tgt) == (["a dog", ""], ["", "ein hund"])
 
 
+@pytest.mark.parametrize("name", ["train", "dev"])
+def test_an_empty_split_is_refused_when_prepared_not_at_the_first_validation(
+    tmp_path, splits, name
+):
+    empty = tmp_path / "raw" / "empty.gz"
+    write_gz(empty, [])
+    with pytest.raises(DataError, match=f"{empty}: no lines; the {name} split needs at least one"):
+        run_prepare({**splits, name: (empty, empty)}, tmp_path / "prep")
+    assert not (tmp_path / "prep").exists()
+
+
 def test_lengths_and_offsets_agree(tmp_path, splits):
     train = run_prepare(splits, tmp_path / "prep").split("train")
     assert train.src_ids.dtype == np.int32 and train.src_offsets[-1] == len(train.src_ids)

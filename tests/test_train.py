@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -233,6 +234,29 @@ def test_dev_loss_scores_pairs_longer_than_the_batch_budget(toy_data):
     assert dev_loss(model, data, small, cpu, nullcontext) == pytest.approx(
         dev_loss(model, data, large, cpu, nullcontext)
     )
+
+
+def test_dev_loss_is_the_label_smoothed_mean_per_target_token_and_ppl_that_of_the_nll(toy_data):
+    from contextlib import nullcontext
+
+    from transduce.data.batching import collate
+    from transduce.training.loss import label_smoothed_loss
+    from transduce.training.validation import dev_loss
+
+    data, config = PreparedData.load(toy_data), toy_config(**{"train.label_smoothing": 0.2})
+    model = _trainer(config, toy_data, toy_data.parent / "dev-loss-run").model.eval()
+    split, vocab = data.split("dev"), data.vocab
+    batch = collate(split.pairs(list(range(len(split)))), vocab.pad, vocab.bos, vocab.eos)
+    with torch.no_grad():
+        sums = label_smoothed_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0.2, vocab.pad)
+    got = dev_loss(model.train(), data, config, torch.device("cpu"), nullcontext)
+    assert got["loss"] == pytest.approx(sums.loss.item() / sums.n_tokens, rel=1e-5)
+    assert got["nll"] == pytest.approx(sums.nll.item() / sums.n_tokens, rel=1e-5)
+    assert got["ppl"] == pytest.approx(math.exp(got["nll"]))
+    assert got["loss"] != pytest.approx(got["nll"])
+    data._splits["dev"] = split.from_sequences([], [], np.zeros(0))  # prepared before the check
+    with pytest.raises(ValueError, match="the dev split has no pairs to score"):
+        dev_loss(model, data, config, torch.device("cpu"), nullcontext)
 
 
 def test_a_fresh_run_starts_a_fresh_log(toy_data, tmp_path):

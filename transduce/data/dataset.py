@@ -221,6 +221,9 @@ def _build(
     length_filter: LengthFilter,
 ) -> dict:
     texts = {name: read_parallel(*paths) for name, paths in splits.items()}
+    for name, text in texts.items():  # an empty dev set would fail only at the first validation
+        if not text.src:
+            raise DataError(f"{splits[name][0]}: no lines; the {name} split needs at least one")
     train = texts["train"]
     vocab = train_joint(
         train.src + train.tgt,

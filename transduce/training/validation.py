@@ -29,6 +29,8 @@ def dev_loss(
     """Label-smoothed loss, NLL and perplexity per target token of the dev set."""
     model.eval()
     split, vocab = data.split("dev"), data.vocab
+    if len(split) == 0:  # a folder prepared before `prepare` refused empty splits
+        raise ValueError(f"{data.path}: the dev split has no pairs to score")
     # Every dev pair is scored, the longest too: the budget grows to fit it.
     longest = int(max(split.src_lengths.max(), split.tgt_lengths.max())) + 1
     budget = max(config.data.max_tokens, longest)
@@ -42,8 +44,6 @@ def dev_loss(
             sums = model_loss(model, batch, config.train.label_smoothing, vocab.pad)
         loss, nll = loss + sums.loss.item(), nll + sums.nll.item()
         n_tokens += sums.n_tokens
-    if n_tokens == 0:
-        raise ValueError(f"{data.path}: the dev split has no target tokens to score")
     return {"loss": loss / n_tokens, "nll": nll / n_tokens, "ppl": math.exp(nll / n_tokens)}
 
 
