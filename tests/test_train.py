@@ -259,6 +259,27 @@ def test_dev_loss_is_the_label_smoothed_mean_per_target_token_and_ppl_that_of_th
         dev_loss(model, data, config, torch.device("cpu"), nullcontext)
 
 
+def test_the_dev_score_decodes_with_the_validation_beam_and_scores_every_line(
+    toy_data, monkeypatch
+):
+    from transduce.tasks import get_task
+    from transduce.training import validation
+
+    data = PreparedData.load(toy_data)
+    config = toy_config(**{"train.valid_beam": 3, "decode.beam_size": 5, "decode.n_best": 2})
+    model = _trainer(config, toy_data, toy_data.parent / "dev-score-run").model
+    calls, real = [], validation.decode_ids
+
+    def decode_ids(model, vocab, sources, decode, device):
+        calls.append((len(sources), decode.beam_size, decode.n_best))
+        return real(model, vocab, sources, decode, device)
+
+    monkeypatch.setattr(validation, "decode_ids", decode_ids)
+    score = validation.dev_score(model, data, config, torch.device("cpu"), get_task(config.task))
+    assert calls == [(len(data.split("dev")), 3, 1)]
+    assert 0 <= score <= 100
+
+
 def test_a_fresh_run_starts_a_fresh_log(toy_data, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
