@@ -288,3 +288,25 @@ def test_a_finished_runs_model_is_its_average_and_an_unfinished_ones_its_newest_
     assert checkpoint.default_checkpoint(tmp_path) == store.path(20)
     save(average([store.path(10), store.path(20)]), tmp_path / checkpoint.AVERAGE_FILE)
     assert checkpoint.default_checkpoint(tmp_path) == tmp_path / checkpoint.AVERAGE_FILE
+
+
+def test_the_random_state_comes_back_as_captured_for_each_process():
+    from transduce.training.resume import capture_rng, restore_rng
+
+    captured = [capture_rng(), None]
+    first = (torch.rand(3), random.random())
+    captured[1] = capture_rng()
+    second = (torch.rand(3), random.random())
+    restore_rng(captured, rank=1)  # a list holds one state per process: this one's
+    torch.testing.assert_close(torch.rand(3), second[0])
+    assert random.random() == second[1]
+    restore_rng(captured[0], rank=1)  # one state, from a single process
+    torch.testing.assert_close(torch.rand(3), first[0])
+    assert random.random() == first[1]
+
+
+def test_progress_keeps_the_processes_it_was_saved_with_and_older_checkpoints_had_one():
+    from transduce.training.resume import Progress
+
+    assert Progress.from_state({"step": 30, "world": 2}).world == 2
+    assert Progress.from_state({"step": 30, "epoch": 1}) == Progress(step=30, epoch=1, world=1)
