@@ -67,3 +67,17 @@ def test_text_that_looks_tokenized_gets_a_hint_naming_the_flag_not_sacrebleus_ap
     assert "150 lines end in a tokenized period" in caplog.text
     assert "--lowercase-tokenized" in caplog.text
     assert "force" not in caplog.text and "forgot" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # detokenized text ends its sentences "wiese."
+        detokenized = [line.replace(" .", ".") for line in references]
+        bleu(detokenized, detokenized)
+    assert caplog.text == ""
+
+
+def test_chrf_is_sacrebleus_chrf_weighing_recall_over_precision():
+    """chrF (beta = 2, characters only, not chrF++): a hypothesis that says less of its
+    reference scores lower than one that says more, with the same characters in common."""
+    short = chrf(["a dog"], ["a dog runs on the grass"])
+    long = chrf(["a dog runs on the grass"], ["a dog"])
+    assert short.score < 0.5 * long.score
+    assert "nc:6|nw:0" in short.signature and short.name == "chrF"
