@@ -85,6 +85,17 @@ def test_a_batch_decodes_as_each_sentence_alone(model):
         torch.testing.assert_close(stepped[i], alone[0], rtol=0, atol=1e-10)
 
 
+def test_a_cache_made_for_beams_gives_every_beam_its_sentence(model):
+    """`init_cache(encoded, group)`: `group` consecutive rows per sentence, each as the sentence
+    alone (a zero or a bridged first state, the source once per sentence)."""
+    src, tgt = _sources(), _targets(3, 4, seed=3)
+    full = model(src, tgt).repeat_interleave(2, dim=0)
+    rows = tgt.repeat_interleave(2, dim=0)
+    cache = model.init_cache(model.encode(src), 2)
+    steps = [model.step(rows[:, t : t + 1], cache) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-10)
+
+
 def _recomputed(model, src, sentence_of_row, prefixes):
     """Each row's next-token logits, recomputed from scratch: its sentence alone, its prefix."""
     rows = []

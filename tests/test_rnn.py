@@ -209,6 +209,16 @@ def test_padding_changes_nothing_in_the_packed_encoder():
     torch.testing.assert_close(padded.final_cell[:, :1], alone.final_cell, rtol=0, atol=1e-12)
 
 
+def test_dropout_reaches_the_embeddings_and_between_recurrent_layers_only():
+    src = torch.tensor([[4, 5, 6, EOS], [7, 8, EOS, PAD]])
+    one = tiny_rnn(0, n_layers=1, dropout=0.5).train()
+    assert one.encoder.rnn.dropout == one.decoder.rnn.dropout == 0.0  # no layer above to feed
+    first, second = one.encode(src).memory, one.encode(src).memory
+    assert not torch.equal(first, second)  # only the embeddings' dropout can tell them apart
+    two = tiny_rnn(0, n_layers=2, dropout=0.3)
+    assert two.encoder.rnn.dropout == two.decoder.rnn.dropout == 0.3
+
+
 def test_attention_maps_are_one_head_over_the_source():
     model = tiny_rnn(10, score="concat")
     src = torch.tensor([SOURCE, [4, 5, EOS, PAD, PAD]])
