@@ -219,6 +219,29 @@ def test_dropout_reaches_the_embeddings_and_between_recurrent_layers_only():
     assert two.encoder.rnn.dropout == two.decoder.rnn.dropout == 0.3
 
 
+def test_the_decoder_drops_out_its_embeddings_too():
+    """Luong's wiring without input feeding: alpha_ij depends on h'_j = RNN(Emb(y_{j-1}), ...)
+    alone, so only the dropout of the target embeddings can make two passes differ."""
+    model = tiny_rnn(0, n_layers=1, input_feeding=False, dropout=0.5)
+    src, tgt = torch.tensor([[4, 5, 6, EOS]]), torch.tensor([[BOS, 7, 8, 9]])
+    encoded = model.eval().encode(src)
+    model.train()
+    first = model.decoder(tgt, model.init_cache(encoded))[1]
+    assert not torch.equal(first, model.decoder(tgt, model.init_cache(encoded))[1])
+
+
+def test_a_tied_output_keeps_its_own_bias():
+    """y_j = softmax(W_o h~'_j + b_o) with W_o the target embedding: b_o stays."""
+    model = tiny_rnn(0, d_embed=16, tie_output=True)
+    src, tgt = torch.tensor([[4, 5, 6, EOS]]), torch.tensor([[BOS, 7, 8]])
+    before = model(src, tgt)
+    with torch.no_grad():
+        model.decoder.b_o[5] += 3.0
+    shift = model(src, tgt) - before
+    torch.testing.assert_close(shift[..., 5], torch.full_like(shift[..., 5], 3.0))
+    assert torch.count_nonzero(shift[..., :5]) == torch.count_nonzero(shift[..., 6:]) == 0
+
+
 def test_attention_maps_are_one_head_over_the_source():
     model = tiny_rnn(10, score="concat")
     src = torch.tensor([SOURCE, [4, 5, EOS, PAD, PAD]])
