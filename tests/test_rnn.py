@@ -230,6 +230,17 @@ def test_the_decoder_drops_out_its_embeddings_too():
     assert not torch.equal(first, model.decoder(tgt, model.init_cache(encoded))[1])
 
 
+def test_every_parameter_starts_uniform_in_a_tenth_and_padding_embeds_as_zero():
+    """Luong et al. s4.1: every parameter U(-0.1, 0.1); the padding rows stay zero."""
+    model = tiny_rnn(0, d_model=64, d_embed=64, vocab_size=300)
+    values = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert values.abs().max().item() <= 0.1
+    assert values.std().item() == pytest.approx(0.1 / 3**0.5, rel=0.05)
+    for tokens in (model.encoder.tokens, model.decoder.tokens):
+        assert torch.count_nonzero(tokens.weight[PAD]) == 0
+    assert model.encoder.tokens is not model.decoder.tokens
+
+
 def test_a_tied_output_keeps_its_own_bias():
     """y_j = softmax(W_o h~'_j + b_o) with W_o the target embedding: b_o stays."""
     model = tiny_rnn(0, d_embed=16, tie_output=True)

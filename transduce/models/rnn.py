@@ -49,7 +49,6 @@ class RnnCache:
     cell: Tensor | None  # (L, N, d_model): the LSTM's memory cells; None for a GRU
     feed: Tensor | None  # (N, d_model): h~'_{j-1}, with input feeding
     group: int = 1
-    length: int = 0  # target positions already decoded
 
     @property
     def state(self) -> Tensor | tuple[Tensor, Tensor]:
@@ -174,7 +173,6 @@ class RnnDecoder(nn.Module):
             alpha = torch.cat([p[1] for p in positions], dim=1)  # (N, T, S)
         else:  # the recurrence runs over all T at once; attention then asks with every h'_j
             attentional, alpha = self._position(y, cache)
-        cache.length += tgt_in.size(1)
         if self.W_o is None:  # tied: W_o is the target embedding
             return linear(attentional, self.tokens.weight, self.b_o), alpha
         return self.W_o(attentional) + self.b_o, alpha
