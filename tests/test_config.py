@@ -6,6 +6,8 @@ import pytest
 from transduce.config import (
     Config,
     ConfigError,
+    RnnConfig,
+    TransformerConfig,
     load_overrides,
     override,
 )
@@ -96,3 +98,67 @@ def test_the_task_and_schedule_sections_are_checked_and_round_trip():
     legacy = json.loads(config.to_json())
     del legacy["task"]
     assert Config.from_dict(legacy).task.name == "translation"
+
+
+# Each check of the typed config: a value just past its bound is refused naming the field, and
+# the bound itself (where it is allowed) is accepted.
+REFUSED = {
+    **{f"model.{n}": "0" for n in ("n_layers", "d_model", "d_ff", "h", "d_k", "d_v")},
+    "model.max_positions": "0",
+    "model.positions": "rotary",
+    "model.vocab_size": "-1",
+    "data.max_tokens": "0",
+    "data.bucket_width": "0",
+    "train.warmup_steps": "0",
+    "train.lr_scale": "0",
+    "train.lr": "0",
+    "train.plateau_factor": "1.0",
+    "train.plateau_patience": "0",
+    "train.min_lr": "0.5",  # above train.lr
+    "train.label_smoothing": "1.0",
+    "train.accumulate": "0",
+    "train.max_steps": "0",
+    "train.valid_every": "0",
+    "train.log_every": "0",
+    "train.valid_beam": "0",
+    "train.keep_last": "0",
+    "train.average_last": "6",  # above train.keep_last
+    "train.precision": "fp16",
+    "train.compile": "maybe",
+    "decode.beam_size": "0",
+    "decode.alpha": "-0.1",
+    "decode.max_len_b": "0",
+    "decode.n_best": "5",  # above decode.beam_size
+    "decode.batch_size": "0",
+    "task.tokenize": "spacy",
+}
+ACCEPTED = {
+    "train.min_lr": "1e-3",  # equal to train.lr
+    "train.cooldown": "1.0",
+    "train.label_smoothing": "0.0",
+    "train.average_last": "5",
+    "decode.alpha": "0",
+    "decode.max_len_a": "0",
+    "decode.n_best": "4",
+    "model.vocab_size": "0",
+}
+
+
+@pytest.mark.parametrize(("key", "value"), REFUSED.items())
+def test_every_value_out_of_its_range_is_refused_naming_the_field(key, value):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        override(base(), {key: value})
+
+
+@pytest.mark.parametrize(("key", "value"), ACCEPTED.items())
+def test_the_edges_of_each_range_are_accepted(key, value):
+    assert str(
+        getattr(getattr(override(base(), {key: value}), key.split(".")[0]), key.split(".")[1])
+    )
+
+
+def test_a_model_section_refuses_the_other_familys_name():
+    with pytest.raises(ConfigError, match=r"model\.family of a TransformerConfig is transformer"):
+        TransformerConfig(family="rnn")
+    with pytest.raises(ConfigError, match=r"model\.family of an RnnConfig is rnn"):
+        RnnConfig(family="transformer")
