@@ -54,6 +54,7 @@ SETTINGS = [(2, 2), (1, 1), (3, 1)]
 def test_concurrent_clients_get_what_offline_translate_gives(engine, served):
     requests = [(sentences(1 + i % 3, seed=i), *SETTINGS[i % len(SETTINGS)]) for i in range(24)]
     start = threading.Barrier(12)
+    before = httpx.get(served + "/metrics").text
 
     def ask(i: int):
         lines, beam, n_best = requests[i]
@@ -80,7 +81,10 @@ def test_concurrent_clients_get_what_offline_translate_gives(engine, served):
             assert [s for _, s in ours] == pytest.approx([s for _, s in theirs], abs=1e-4)
     text = httpx.get(served + "/metrics").text
     batches = metric(text, "transduce_batch_sentences_count")
-    assert batches < len(requests)  # requests were decoded together
+    assert batches - (metric(before, "transduce_batch_sentences_count") or 0) < len(requests)
+    decoded = metric(text, "transduce_batch_sentences_sum")
+    decoded -= metric(before, "transduce_batch_sentences_sum") or 0
+    assert decoded == sum(len(lines) for lines, _, _ in requests)  # every sentence, once
 
 
 def test_the_engine_packs_its_weights_once_not_once_per_request(engine, monkeypatch):
