@@ -1,0 +1,138 @@
+"""The server's batching worker on its own (serve/batcher.py): what it takes, what it runs
+together, and what it drops, with recording `run` functions in place of decoding."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from transduce.serve.batcher import Batcher, Job, QueueFull
+from transduce.serve.metrics import Metrics
+from transduce.serve.settings import ServeSettings
+
+
+def _job(payload, key, run, tokens: int = 1, timeout: float = 30.0) -> Job:
+    future = asyncio.get_running_loop().create_future()
+    return Job(payload, key, run, 1, tokens, time.monotonic() + timeout, future)
+
+
+def _recorder(calls: list, key: str):
+    def run(payloads: list) -> list:
+        calls.append((key, list(payloads)))
+        return [f"{key}:{p}" for p in payloads]
+
+    return run
+
+
+async def _drained(batcher: Batcher, jobs: list[Job], settle_s: float = 5.0) -> None:
+    """Start the worker on what is queued, wait for `jobs` to finish, then stop it."""
+    batcher.start()
+    await asyncio.wait([job.future for job in jobs], timeout=settle_s)
+    batcher.stop()
+
+
+def test_jobs_of_equal_settings_run_as_one_call_in_arrival_order_to_the_token_budget():
+    calls: list = []
+
+    async def scenario():
+        batcher = Batcher(ServeSettings(batch_tokens=10, batch_wait_ms=20), Metrics())
+        k, other = _recorder(calls, "k"), _recorder(calls, "other")
+        jobs = [_job(1, "k", k, 4), _job(2, "other", other, 4), _job(3, "k", k, 4)]
+        jobs += [_job(4, "k", k, 4), _job(5, "k", k, 12)]  # 5 alone passes the budget: taken alone
+        for job in jobs:
+            batcher.submit(job)
+        await _drained(batcher, jobs)
+        return [job.future.result() for job in jobs], batcher.queued
+
+    results, queued = asyncio.run(scenario())
+    # 1 and 2 fill the first batch (8 of 10 tokens; 3 would pass it), 3 and 4 the second
+    assert calls == [("k", [1]), ("other", [2]), ("k", [3, 4]), ("k", [5])]
+    assert results == ["k:1", "other:2", "k:3", "k:4", "k:5"] and queued == (0, 0)
+
+
+def test_the_worker_waits_a_little_for_company_after_the_first_job():
+    calls: list = []
+
+    async def scenario():
+        batcher = Batcher(ServeSettings(batch_wait_ms=300), Metrics())
+        run = _recorder(calls, "k")
+        first = _job(1, "k", run)
+        batcher.submit(first)
+        batcher.start()
+        await asyncio.sleep(0.02)  # well inside the 300 ms the first one waits
+        second = _job(2, "k", run)
+        batcher.submit(second)
+        await asyncio.wait([first.future, second.future], timeout=2)
+        batcher.stop()
+
+    asyncio.run(scenario())
+    assert calls == [("k", [1, 2])]
+
+
+def test_a_job_given_up_while_another_group_runs_is_never_decoded():
+    calls: list = []
+
+    async def scenario():
+        metrics = Metrics()
+        batcher = Batcher(ServeSettings(batch_wait_ms=20), metrics)
+        late = _job("b", "second", _recorder(calls, "second"))
+
+        def first_then_client_leaves(payloads):
+            batcher.withdraw(late, "disconnected")  # the other request's client went meanwhile
+            return _recorder(calls, "first")(payloads)
+
+        early = _job("a", "first", first_then_client_leaves)
+        batcher.submit(early)
+        batcher.submit(late)
+        await _drained(batcher, [early])
+        await asyncio.sleep(0.05)  # time for a wrongly decoded `late` to show
+        return early.future.result(), late.future.done(), metrics.dropped
+
+    result, late_settled, dropped = asyncio.run(scenario())
+    assert calls == [("first", ["a"])] and result == "first:a"
+    assert not late_settled and dropped == {"disconnected": 1}
+
+
+def test_a_job_past_its_deadline_is_dropped_and_a_failing_call_tells_each_of_its_jobs():
+    calls: list = []
+
+    def fails(payloads):
+        calls.append(("fails", list(payloads)))
+        raise RuntimeError("decoding broke")
+
+    async def scenario():
+        metrics = Metrics()
+        batcher = Batcher(ServeSettings(batch_wait_ms=20), metrics)
+        expired = _job("old", "k", _recorder(calls, "k"), timeout=-1.0)
+        broken = [_job("x", "f", fails), _job("y", "f", fails)]
+        for job in (expired, *broken):
+            batcher.submit(job)
+        batcher.start()
+        await asyncio.wait([job.future for job in broken], timeout=1)
+        after = _job("z", "k", _recorder(calls, "k"))  # the worker lives on
+        batcher.submit(after)
+        await asyncio.wait([after.future], timeout=1)
+        batcher.stop()
+        return [job.future.exception() for job in broken], after.future.result(), metrics.dropped
+
+    errors, after, dropped = asyncio.run(scenario())
+    assert calls == [("fails", ["x", "y"]), ("k", ["z"])] and after == "k:z"
+    assert all(isinstance(e, RuntimeError) and "decoding broke" in str(e) for e in errors)
+    assert dropped == {"timeout": 1}
+
+
+def test_a_full_queue_refuses_what_would_not_fit_and_a_withdrawal_frees_its_room():
+    async def scenario():
+        batcher = Batcher(ServeSettings(max_queue_sentences=2), Metrics())
+        first, second = _job(1, "k", None), _job(2, "k", None)
+        batcher.submit(first)
+        batcher.submit(second)
+        with pytest.raises(QueueFull, match="2 sentences waiting, at most 2"):
+            batcher.submit(_job(3, "k", None))
+        batcher.withdraw(first, "timeout")
+        batcher.submit(_job(4, "k", None))
+        return batcher.queued
+
+    assert asyncio.run(scenario()) == (2, 2)
