@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -146,7 +147,7 @@ ACCEPTED = {
 
 @pytest.mark.parametrize(("key", "value"), REFUSED.items())
 def test_every_value_out_of_its_range_is_refused_naming_the_field(key, value):
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}( must|:)"):
         override(base(), {key: value})
 
 
@@ -155,6 +156,15 @@ def test_the_edges_of_each_range_are_accepted(key, value):
     assert str(
         getattr(getattr(override(base(), {key: value}), key.split(".")[0]), key.split(".")[1])
     )
+
+
+def test_a_config_file_of_unknown_sections_or_sections_that_are_no_mappings_is_refused():
+    with pytest.raises(ConfigError, match=r"unknown config sections: \['optimiser'\]"):
+        Config.from_dict({"train": {}, "optimiser": {"lr": 1}})
+    with pytest.raises(ConfigError, match="config section 'train' must be a mapping"):
+        Config.from_dict({"train": [1, 2]})
+    with pytest.raises(ConfigError, match=r"unknown config keys: \['decode\.beam'\]"):
+        Config.from_dict({"decode": {"beam": 4}})
 
 
 def test_a_model_section_refuses_the_other_familys_name():
