@@ -11,6 +11,7 @@ from transduce.config import (
     TransformerConfig,
     load_overrides,
     override,
+    parse_assignments,
 )
 from transduce.presets import base, big, preset, table3
 
@@ -165,6 +166,22 @@ def test_a_config_file_of_unknown_sections_or_sections_that_are_no_mappings_is_r
         Config.from_dict({"train": [1, 2]})
     with pytest.raises(ConfigError, match=r"unknown config keys: \['decode\.beam'\]"):
         Config.from_dict({"decode": {"beam": 4}})
+
+
+@pytest.mark.parametrize("key", ["optimiser.lr", "train", "train."])
+def test_an_override_outside_the_sections_is_refused(key):
+    with pytest.raises(ConfigError, match=f"unknown config key: {re.escape(key)}$"):
+        override(base(), {key: "1"})
+
+
+def test_set_arguments_are_key_equals_value():
+    assert parse_assignments(["train.max_steps = 20", "task.tokenize=none"]) == {
+        "train.max_steps": "20",
+        "task.tokenize": "none",
+    }
+    for bad in ("train.max_steps", "=20"):
+        with pytest.raises(ConfigError, match=f"expected key=value, got '{bad}'"):
+            parse_assignments([bad])
 
 
 def test_a_model_section_refuses_the_other_familys_name():
