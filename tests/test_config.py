@@ -71,6 +71,20 @@ def test_yaml_overrides(tmp_path):
     assert dataclasses.replace(config.train, max_steps=100000) == base().train
 
 
+def test_a_yaml_file_of_the_wrong_shape_is_refused_naming_it(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("")
+    assert load_overrides(path) == {}
+    path.write_text("- train\n- model\n")
+    with pytest.raises(
+        ConfigError, match=f"{re.escape(str(path))}: expected a mapping of sections"
+    ):
+        load_overrides(path)
+    path.write_text("train: 7\n")
+    with pytest.raises(ConfigError, match="section 'train' must be a mapping"):
+        load_overrides(path)
+
+
 def test_the_model_section_is_chosen_by_its_family():
     config = Config.from_dict({"model": {"family": "transformer", "d_model": 64}})
     assert config.model.family == "transformer" and config.model.d_model == 64
