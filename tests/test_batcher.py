@@ -95,6 +95,31 @@ def test_a_job_given_up_while_another_group_runs_is_never_decoded():
     assert not late_settled and dropped == {"disconnected": 1}
 
 
+def test_a_result_for_a_request_that_has_given_up_is_let_go_quietly():
+    """A request answered 504 cancels its future while its work is decoded: the result finds
+    it done and is dropped, with no error in the event loop."""
+    problems: list = []
+
+    async def scenario():
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, context: problems.append(context)
+        )
+        batcher = Batcher(ServeSettings(batch_wait_ms=5), Metrics())
+
+        def gives_up_meanwhile(payloads):
+            job.future.get_loop().call_soon_threadsafe(job.future.cancel)
+            time.sleep(0.05)  # the cancellation lands before the result
+            return payloads
+
+        job = _job("a", "k", gives_up_meanwhile)
+        batcher.submit(job)
+        await _drained(batcher, [job])
+        await asyncio.sleep(0.05)  # the result's delivery runs now
+        return job.future.cancelled()
+
+    assert asyncio.run(scenario()) and problems == []
+
+
 def test_a_job_past_its_deadline_is_dropped_and_a_failing_call_tells_each_of_its_jobs():
     calls: list = []
 

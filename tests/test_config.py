@@ -188,6 +188,21 @@ def test_an_override_outside_the_sections_is_refused(key):
         override(base(), {key: "1"})
 
 
+def test_typed_values_from_a_yaml_file_are_checked_not_converted_blindly():
+    config = override(base(), {"train.lr": 1, "train.max_steps": 20, "model.pre_norm": True})
+    assert (config.train.lr, config.train.max_steps, config.model.pre_norm) == (1.0, 20, True)
+    for key, value in (("train.max_steps", True), ("train.max_steps", 2.5), ("train.lr", "x")):
+        with pytest.raises(ConfigError, match=re.escape(key)):
+            override(base(), {key: value})
+
+
+def test_a_new_model_family_starts_from_its_defaults_and_keeps_the_vocabulary():
+    sized = override(base(), {"model.vocab_size": 300})
+    recurrent = override(sized, {"model.family": "rnn", "model.n_layers": 2})
+    assert type(recurrent.model) is RnnConfig and recurrent.model.vocab_size == 300
+    assert recurrent.model == RnnConfig(n_layers=2, vocab_size=300)
+
+
 def test_set_arguments_are_key_equals_value():
     assert parse_assignments(["train.max_steps = 20", "task.tokenize=none"]) == {
         "train.max_steps": "20",
