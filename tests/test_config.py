@@ -218,3 +218,15 @@ def test_a_model_section_refuses_the_other_familys_name():
         TransformerConfig(family="rnn")
     with pytest.raises(ConfigError, match=r"model\.family of an RnnConfig is rnn"):
         RnnConfig(family="transformer")
+
+
+def test_every_field_is_of_a_type_an_override_can_read():
+    """`override` reads strings into int, float, str or bool; a field of another type (say
+    `float | None`) would need reading taught first."""
+    import typing
+
+    from transduce.config import MODEL_FAMILIES, DataConfig, DecodeConfig, TaskConfig, TrainConfig
+
+    for section in (*MODEL_FAMILIES.values(), DataConfig, TrainConfig, DecodeConfig, TaskConfig):
+        kinds = set(typing.get_type_hints(section).values())
+        assert kinds <= {int, float, str, bool}, (section.__name__, kinds)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -360,8 +359,6 @@ def load_overrides(path: str | Path) -> dict[str, object]:
 
 
 def _coerce(key: str, raw: object, kind: object) -> object:
-    if isinstance(kind, types.UnionType):  # e.g. float | None: take the first concrete type
-        kind = next(k for k in typing.get_args(kind) if k is not type(None))
     if not isinstance(raw, str):
         ok = isinstance(raw, kind) or (kind is float and isinstance(raw, int))
         _require(ok and not (kind is not bool and isinstance(raw, bool)), f"{key}: expected {kind}")
