@@ -191,6 +191,37 @@ def test_bad_input_is_answered_with_its_status_and_the_server_keeps_serving(serv
         _good(client)
 
 
+def test_the_messages_of_malformed_bodies_say_what_is_wrong(served):
+    with httpx.Client(base_url=served) as client:
+        json_type = {"content-type": "application/json"}
+        not_utf8 = client.post("/v1/translate", content=b'{"text": "\xff"}', headers=json_type)
+        cut = client.post("/v1/translate", content=b'{"text": "the', headers=json_type)
+    assert not_utf8.json()["detail"] == "the body is not valid UTF-8"
+    assert cut.status_code == 400 and cut.json()["detail"].startswith("malformed JSON")
+
+
+def test_a_failure_of_ours_is_a_500_naming_its_kind_and_the_server_keeps_serving(
+    engine, monkeypatch
+):
+    def broken(works):
+        raise RuntimeError("a bug of ours")
+
+    with Background(engine, LOOPBACK) as url, httpx.Client(base_url=url) as client:
+        with monkeypatch.context() as patch:
+            patch.setattr(engine, "translate", broken)
+            answer = client.post("/v1/translate", json={"text": "the dog"})
+        assert answer.status_code == 500
+        assert answer.json() == {"detail": "internal error: RuntimeError"}  # no internals leak
+        _good(client)
+        counted = metric(
+            client.get("/metrics").text,
+            "transduce_requests_total",
+            route="/v1/translate",
+            status="500",
+        )
+    assert counted == 1
+
+
 def test_sizes_over_their_limits_get_413(engine):
     settings = replace(LOOPBACK, max_body_bytes=2000, max_sentences=3, max_sentence_tokens=12)
     json_type = {"content-type": "application/json"}
@@ -206,8 +237,10 @@ def test_sizes_over_their_limits_get_413(engine):
             "a declared body over the limit": client.post(
                 "/v1/translate", content=padded, headers=json_type
             ),
-            "a chunked body over the limit": client.post(
-                "/v1/translate", content=iter([padded[:1000], padded[1000:]]), headers=json_type
+            "a chunked body over the limit, each chunk under it": client.post(
+                "/v1/translate",
+                content=iter([padded[i : i + 500] for i in range(0, len(padded), 500)]),
+                headers=json_type,
             ),
         }
         for case, answer in cases.items():

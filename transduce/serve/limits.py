@@ -36,7 +36,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started, status = time.perf_counter(), [500]
+        started, status = time.perf_counter(), [0]
         scope.setdefault("state", {})["arrived"] = started  # the time budget starts here
 
         async def sending(message: Message) -> None:
@@ -50,9 +50,17 @@ class Guard:
                 await _problem(413, BodyTooLarge(self.limit).detail)(scope, receive, sending)
             else:
                 await self.app(scope, self._counted(receive), sending)
+        except Exception as error:
+            # A failure of ours, answered here: Starlette's own handler of it answers and then
+            # raises it again, and uvicorn closes the connection, so the client saw a reset.
+            if status[0]:  # too late for another answer
+                raise
+            logger.exception("%s %s failed", scope["method"], scope["path"], exc_info=error)
+            answer = _problem(500, f"internal error: {type(error).__name__}")
+            await answer(scope, receive, sending)
         finally:
             seconds = time.perf_counter() - started
-            self.metrics.observe_request(scope["path"], status[0], seconds)
+            self.metrics.observe_request(scope["path"], status[0] or 500, seconds)
 
     def _counted(self, receive: Receive) -> Receive:
         """`receive`, raising BodyTooLarge once the body passes the limit."""
@@ -87,7 +95,6 @@ def _problem(status: int, detail: str, headers: dict | None = None, **extra) -> 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(Exception, _failure)
 
 
 async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -113,7 +120,3 @@ async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
         detail = "malformed JSON"
     return _problem(error.status_code, str(detail), getattr(error, "headers", None))
 
-
-async def _failure(request: Request, error: Exception) -> JSONResponse:
-    logger.exception("%s %s failed", request.method, request.url.path, exc_info=error)
-    return _problem(500, f"internal error: {type(error).__name__}")
