@@ -50,6 +50,30 @@ def test_each_step_allows_only_what_continues_a_tree_over_the_words(prepared):  
     assert _allowed(short, vocab, room=5) == openers | {"XX"}
 
 
+def test_rows_follow_their_hypotheses_and_a_row_no_tree_fits_is_left_to_the_search(
+    prepared,  # noqa: F811
+):
+    vocab = prepared.vocab
+    everything = {p.removeprefix("\u2581") for p in vocab.pieces(list(range(vocab.size)))}
+    rows = TreeConstraint(vocab, vocab.encode(["a dog saw", "the cat"]), torch.device("cpu"))
+
+    def take(*tokens: str) -> None:
+        rows.advance(torch.tensor(vocab.piece_ids([f"\u2581{t}" for t in tokens])))
+
+    take("(S", "(S")
+    take("(S", "(S")
+    take("XX", "(NP")
+    rows.reorder(torch.tensor([1, 0]))  # "the cat" (S (S (NP comes first now, its state too
+    assert ")NP" not in _allowed(rows, vocab)  # just opened: no empty bracket
+    take("XX", "XX")
+    assert {")NP", "XX"} <= _allowed(rows, vocab)  # 3 deep, one of its two words placed
+    take("XX", "XX")
+    assert _allowed(rows, vocab) == {")NP"}  # both placed: close the innermost
+    # Two words need (S XX XX )S: with room for three tokens no tree fits, nothing is masked.
+    fresh = TreeConstraint(vocab, vocab.encode(["the cat"]), torch.device("cpu"))
+    assert _allowed(fresh, vocab, room=3) == everything
+
+
 @pytest.mark.parametrize("beam", [1, 4])
 def test_any_model_searched_so_writes_trees_that_need_no_repair(prepared, beam):  # noqa: F811
     vocab, sentences = prepared.vocab, ["the cat sat", "a dog saw the mat on a cat", "the"]
