@@ -158,6 +158,9 @@ WORDS = ["John", "has", "a", "dog", "."]
         ),
         ("(S (NP )NP NN NN NN NN NN )S", "(S (NN John) (NN has) (NN a) (NN dog) (NN .))"),
         (")S )S (S NN NN NN NN NN )VP", "(S (NN John) (NN has) (NN a) (NN dog) (NN .))"),
+        # one defect each: a closer of another label, a root never closed
+        ("(S (NP NN )VP NN NN NN NN )S", "(S (NP (NN John)) (NN has) (NN a) (NN dog) (NN .))"),
+        ("(S NN NN NN NN NN", "(S (NN John) (NN has) (NN a) (NN dog) (NN .))"),
     ],
 )
 def test_restore_repairs_malformed_sequences(tokens, expected):
