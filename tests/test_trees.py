@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from transduce.data.linearize import linearize, restore
+from transduce.data.linearize import linearize, restore, substitute_tags
 from transduce.data.ptb import read_sample, read_treebank, read_wsj
 from transduce.data.trees import (
     Tree,
@@ -180,6 +180,19 @@ def test_restore_always_gives_a_tree_over_the_words():
         for tags in (True, False):
             tree, _ = restore(tokens, words, tags=tags)
             assert_well_formed(tree, words)
+
+
+def test_a_placeholder_tree_gets_the_gold_tags_when_the_words_line_up():
+    """EVALB then deletes the same punctuation on both sides; the gold's empty elements
+    (-NONE-) have no word in the sentence and take no place."""
+    gold = parse_tree(
+        "(S (NP (NNP John)) (VP (VBZ has) (NP (-NONE- *T*)) (NP (DT a) (NN dog))) (. .))"
+    )
+    test = parse_tree("(S (NP (XX John) (XX has)) (VP (XX a) (XX dog)) (XX .))")
+    expected = "(S (NP (NNP John) (VBZ has)) (VP (DT a) (NN dog)) (. .))"
+    assert to_string(substitute_tags(test, gold)) == expected
+    fewer = parse_tree("(S (XX John) (XX has))")  # words do not line up: left as it is
+    assert substitute_tags(fewer, gold) == fewer
 
 
 def test_restore_needs_words():
