@@ -43,6 +43,26 @@ def test_weights_are_rounded_per_output_unit_to_within_half_a_step():
     assert error.amax() > 0  # rounded, not copied
 
 
+def test_a_weight_row_of_zeros_gets_a_scale_not_a_division_by_zero():
+    """The tied output projection's padding row is all zeros."""
+    weight = torch.randn(4, 16)
+    weight[0] = 0
+    q = Int8Weight.of(weight)
+    assert (q.scales > 0).all()
+    torch.testing.assert_close(_dequantized(q, 16)[0], torch.zeros(16))
+
+
+def test_a_nested_context_shares_the_outer_store_and_leaves_it_open(every_product):
+    x, weight = torch.randn(4, 16), torch.randn(8, 16)
+    outer: int8.Int8Weights = {}
+    inner: int8.Int8Weights = {}
+    with torch.no_grad(), int8_products(outer):
+        with int8_products(inner):
+            linear(x, weight)
+        assert int8.active()  # the inner context's exit closes nothing of the outer one
+    assert list(outer) == [id(weight)] and not inner and not int8.active()
+
+
 def test_input_rows_are_rounded_to_uint8_over_a_range_holding_zero():
     x = torch.tensor([[0.5, 2.0, 1.0], [1.0, 0.25, 3.0]])  # all positive: 0 widens the range
     q, scale, zero_point = int8._quantized_rows(x)
@@ -101,6 +121,7 @@ def test_only_products_without_gradients_and_above_the_threshold_take_int8(monke
         one_row = linear(x[:1], weight)
     assert not untouched and torch.equal(one_row, linear(x[:1], weight))
     trained = weight.clone().requires_grad_()
+    monkeypatch.setattr(int8, "MIN_MULTIPLY_ADDS", 0)  # size no reason to stay float32 below
     with int8_products(store):
         assert linear(x, trained).grad_fn is not None  # training's products stay float32
         assert maybe_int8(x.double(), weight.double(), None) is None  # float32 only
