@@ -72,7 +72,14 @@ def timed(f, calls=40):
 with matmul.packed_for_inference():
     reference = full()
     assert torch.equal(rows(64)[1], reference[1])
-    arms = {"full": full, "rows64": lambda: rows(64), "rows128": lambda: rows(128),
-            "cols2000": lambda: cols(2000), "cols5000": lambda: cols(5000)}
+    arms = {
+        "full": full,
+        "rows64": lambda: rows(64),
+        "rows128": lambda: rows(128),
+        "cols2000": lambda: cols(2000),
+        "cols5000": lambda: cols(5000),
+    }
     for round_ in range(2):
-        print(round_, "  ".join(f"{name} {timed(f):.2f} ms" for name, f in arms.items()), flush=True)
+        print(
+            round_, "  ".join(f"{name} {timed(f):.2f} ms" for name, f in arms.items()), flush=True
+        )
