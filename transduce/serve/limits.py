@@ -119,4 +119,3 @@ async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
     elif error.status_code == 400 and isinstance(error.__cause__, json.JSONDecodeError):
         detail = "malformed JSON"
     return _problem(error.status_code, str(detail), getattr(error, "headers", None))
-
