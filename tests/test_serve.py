@@ -232,6 +232,9 @@ def test_sizes_over_their_limits_get_413(engine):
         cases = {
             "a sentence over the token limit": client.post("/v1/translate", json={"text": long}),
             "and in /v1/attention": client.post("/v1/attention", json={"text": long}),
+            "and its target": client.post(
+                "/v1/attention", json={"text": "the dog", "target": long}
+            ),
             "too many sentences": client.post("/v1/translate", json=too_many),
             # valid JSON, short sentences: only its size is wrong (whitespace is JSON too)
             "a declared body over the limit": client.post(
