@@ -253,6 +253,25 @@ def test_sizes_over_their_limits_get_413(engine):
         assert client.post("/v1/translate", json={"texts": ["the dog"] * 3}).status_code == 200
 
 
+def test_the_sentence_limit_is_inclusive_and_a_learned_position_table_lowers_it(
+    engine, monkeypatch
+):
+    counts = engine.facts.token_counts
+    fits = " ".join(["the dog runs"] * 10)
+    limit = counts([fits])[0]
+    over = fits + " runs"
+    assert counts([over])[0] > limit
+    settings = replace(LOOPBACK, max_sentence_tokens=limit)
+    with Background(engine, settings) as url, httpx.Client(base_url=url) as client:
+        assert client.post("/v1/translate", json={"text": fits}).status_code == 200
+        assert client.post("/v1/translate", json={"text": over}).status_code == 413
+    # a model whose positions end at a table (Table 3 row E) reads no longer sentence than it
+    monkeypatch.setattr(engine, "facts", replace(engine.facts, max_positions=limit - 1))
+    with Background(engine, settings) as url, httpx.Client(base_url=url) as client:
+        answer = client.post("/v1/translate", json={"text": fits})
+    assert answer.status_code == 413 and f"at most {limit - 1}" in answer.json()["detail"]
+
+
 def test_a_full_queue_answers_429_with_retry_after(engine, monkeypatch):
     settings = replace(LOOPBACK, max_queue_sentences=3, retry_after_s=2)
     gate = Gate(engine, monkeypatch)
