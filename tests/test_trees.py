@@ -17,6 +17,7 @@ from transduce.data.trees import (
     read_mrg,
     strip_function_tags,
     to_string,
+    unwrap,
 )
 
 MRG = """\
@@ -62,10 +63,19 @@ def test_clean_drops_wrapper_empty_elements_and_function_tags():
         ("-RRB-", "-RRB-"),
         ("-NONE-", "-NONE-"),
         ("``", "``"),
+        ("=2", "=2"),  # no category before the mark: nothing to strip
+        ("-", "-"),
     ],
 )
 def test_strip_function_tags(label, stripped):
     assert strip_function_tags(label) == stripped
+
+
+def test_tags_lose_their_function_tags_too_and_a_lone_word_is_no_wrapper():
+    tagged = clean(parse_tree("(S (NP-SBJ (NN-HL dog)) (VP (VBZ barks)))"))
+    assert to_string(tagged) == "(S (NP (NN dog)) (VP (VBZ barks)))"
+    lone = Tree("TOP", ("dog",))  # a preterminal labelled as a wrapper is no wrapper
+    assert unwrap(lone) == lone
 
 
 def test_wrapper_around_several_trees_is_kept_as_top():
@@ -81,6 +91,7 @@ def test_wrapper_around_several_trees_is_kept_as_top():
         ("(S (NN a))\n\n(S (NN b)))\n", 3, "expected '\\('"),
         ("(S\n (NP a (NN b)))\n", 2, "only child"),
         ("(S (NP ) (NN b))\n", 1, "no children"),
+        ("(S (NN a))\n(S (", 2, "never closed"),  # the file ends after a bracket
     ],
 )
 def test_bad_files_name_file_and_line(tmp_path, text, line, problem):
@@ -88,6 +99,11 @@ def test_bad_files_name_file_and_line(tmp_path, text, line, problem):
     path.write_text(text)
     with pytest.raises(TreeFormatError, match=rf"wsj_0001\.mrg:{line}: .*{problem}"):
         read_mrg(path)
+
+
+def test_one_tree_is_asked_for_and_two_are_refused():
+    with pytest.raises(TreeFormatError, match="expected one tree, found 2"):
+        parse_tree("(S (NN a)) (S (NN b))")
 
 
 def test_invalid_utf8_names_file_and_line(tmp_path):

@@ -66,7 +66,7 @@ def to_string(tree: Tree) -> str:
     if tree.is_preterminal():
         return f"({tree.label} {tree.children[0]})"
     inside = " ".join(to_string(c) for c in tree.children if isinstance(c, Tree))
-    return f"({tree.label} {inside})" if tree.label else f"( {inside})"
+    return f"({tree.label} {inside})"  # an unlabelled wrapper: `( (S ...))`
 
 
 def parse_trees(text: str, source: str = "<string>") -> list[Tree]:
