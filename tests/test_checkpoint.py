@@ -14,6 +14,7 @@ import torch
 
 from transduce.training import checkpoint
 from transduce.training.checkpoint import CheckpointError, CheckpointStore, average, load, save
+from transduce.training.resume import Progress, capture_rng, restore_rng
 
 
 def tiny_state(step: int, fill: float = 0.0) -> dict[str, Any]:
@@ -291,8 +292,6 @@ def test_a_finished_runs_model_is_its_average_and_an_unfinished_ones_its_newest_
 
 
 def test_the_random_state_comes_back_as_captured_for_each_process():
-    from transduce.training.resume import capture_rng, restore_rng
-
     captured = [capture_rng(), None]
     first = (torch.rand(3), random.random())
     captured[1] = capture_rng()
@@ -306,7 +305,5 @@ def test_the_random_state_comes_back_as_captured_for_each_process():
 
 
 def test_progress_keeps_the_processes_it_was_saved_with_and_older_checkpoints_had_one():
-    from transduce.training.resume import Progress
-
     assert Progress.from_state({"step": 30, "world": 2}).world == 2
     assert Progress.from_state({"step": 30, "epoch": 1}) == Progress(step=30, epoch=1, world=1)

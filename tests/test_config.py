@@ -1,13 +1,19 @@
 import dataclasses
 import json
 import re
+import typing
 
 import pytest
 
 from transduce.config import (
+    MODEL_FAMILIES,
     Config,
     ConfigError,
+    DataConfig,
+    DecodeConfig,
     RnnConfig,
+    TaskConfig,
+    TrainConfig,
     TransformerConfig,
     load_overrides,
     override,
@@ -223,10 +229,6 @@ def test_a_model_section_refuses_the_other_familys_name():
 def test_every_field_is_of_a_type_an_override_can_read():
     """`override` reads strings into int, float, str or bool; a field of another type (say
     `float | None`) would need reading taught first."""
-    import typing
-
-    from transduce.config import MODEL_FAMILIES, DataConfig, DecodeConfig, TaskConfig, TrainConfig
-
     for section in (*MODEL_FAMILIES.values(), DataConfig, TrainConfig, DecodeConfig, TaskConfig):
         kinds = set(typing.get_type_hints(section).values())
         assert kinds <= {int, float, str, bool}, (section.__name__, kinds)

@@ -26,6 +26,11 @@ def write_gz(path: Path, lines: list[str]) -> Path:
     return path
 
 
+def write_pair(folder: Path, name: str, src: list[str], tgt: list[str]) -> tuple[Path, Path]:
+    """`{name}.en.gz` and `{name}.de.gz` in `folder`: one split's files, as `prepare` takes them."""
+    return write_gz(folder / f"{name}.en.gz", src), write_gz(folder / f"{name}.de.gz", tgt)
+
+
 def make_split(folder: Path, name: str, n: int, seed: int, extra: list[tuple[str, str]]) -> tuple:
     rng = random.Random(seed)
     pairs = []
@@ -33,8 +38,7 @@ def make_split(folder: Path, name: str, n: int, seed: int, extra: list[tuple[str
         k = rng.randint(1, 10)
         pairs.append((" ".join(rng.choices(EN, k=k)), " ".join(rng.choices(DE, k=k + 1))))
     pairs += extra
-    src = write_gz(folder / f"{name}.en.gz", [s for s, _ in pairs])
-    return src, write_gz(folder / f"{name}.de.gz", [t for _, t in pairs])
+    return write_pair(folder, name, [s for s, _ in pairs], [t for _, t in pairs])
 
 
 @pytest.fixture
@@ -79,20 +83,20 @@ def test_the_train_split_keeps_the_line_of_each_pair_the_filter_kept(tmp_path, s
     en = ["a man runs", "", "the dog", " ".join(["man"] * 60), "the green field ."]
     de = ["ein mann läuft", "ein hund", "das hund", "ein mann", "das grüne feld ."]
     raw = tmp_path / "raw"
-    train = (write_gz(raw / "t.en.gz", en), write_gz(raw / "t.de.gz", de))
+    train = write_pair(raw, "t", en, de)
     data = run_prepare({**splits, "train": train}, tmp_path / "prep")
     kept = data.split("train")
     assert kept.index.tolist() == [0, 2, 4]
     assert data.vocab.decode([kept[i][0] for i in range(3)]) == [en[0], en[2], en[4]]
     assert data.vocab.decode([kept[i][1] for i in range(3)]) == [de[0], de[2], de[4]]
-    empty = (write_gz(raw / "e.en.gz", ["", "a"]), write_gz(raw / "e.de.gz", ["ein", ""]))
+    empty = write_pair(raw, "e", ["", "a"], ["ein", ""])
     with pytest.raises(DataError, match=r"e\.en\.gz: the length filter dropped every pair"):
         run_prepare({**splits, "train": empty}, tmp_path / "prep2")
 
 
 def test_a_test_set_ending_in_an_empty_line_keeps_it(tmp_path, splits):
     raw = tmp_path / "raw"
-    test = (write_gz(raw / "x.en.gz", ["a dog", ""]), write_gz(raw / "x.de.gz", ["", "ein hund"]))
+    test = write_pair(raw, "x", ["a dog", ""], ["", "ein hund"])
     text = run_prepare({**splits, "test": test}, tmp_path / "prep").text("test")
     assert (text.src, text.tgt) == (["a dog", ""], ["", "ein hund"])
 

@@ -1,19 +1,24 @@
 """The training loop end to end on a toy reverse task: learning, resume, checkpoints, failures."""
 
 import math
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
 import torch
 
 from transduce.config import override
+from transduce.data.batching import collate
 from transduce.data.dataset import PreparedData
 from transduce.decoding.translate import Translator
 from transduce.presets import tiny
-from transduce.training import loop
+from transduce.tasks import get_task
+from transduce.training import loop, validation
 from transduce.training.checkpoint import CheckpointStore, load, steps_to_average
 from transduce.training.loop import Trainer, TrainingError, train
+from transduce.training.loss import label_smoothed_loss
 from transduce.training.runlog import read_log
+from transduce.training.validation import dev_loss
 
 from .conftest import LEARNER_MODEL, prepared_reverse_task
 
@@ -222,27 +227,17 @@ def test_accumulating_two_batches_equals_one_merged_batch(toy_data, tmp_path):
 
 
 def test_dev_loss_scores_pairs_longer_than_the_batch_budget(toy_data):
-    from transduce.training.validation import dev_loss
-
     data = PreparedData.load(toy_data)
     model = _trainer(toy_config(), toy_data, toy_data.parent / "dev-run").model
     small = toy_config(**{"data.max_tokens": 4})
     large = toy_config()
     cpu = torch.device("cpu")
-    from contextlib import nullcontext
-
     assert dev_loss(model, data, small, cpu, nullcontext) == pytest.approx(
         dev_loss(model, data, large, cpu, nullcontext)
     )
 
 
 def test_dev_loss_is_the_label_smoothed_mean_per_target_token_and_ppl_that_of_the_nll(toy_data):
-    from contextlib import nullcontext
-
-    from transduce.data.batching import collate
-    from transduce.training.loss import label_smoothed_loss
-    from transduce.training.validation import dev_loss
-
     data, config = PreparedData.load(toy_data), toy_config(**{"train.label_smoothing": 0.2})
     model = _trainer(config, toy_data, toy_data.parent / "dev-loss-run").model.eval()
     split, vocab = data.split("dev"), data.vocab
@@ -262,9 +257,6 @@ def test_dev_loss_is_the_label_smoothed_mean_per_target_token_and_ppl_that_of_th
 def test_the_dev_score_decodes_with_the_validation_beam_and_scores_every_line(
     toy_data, monkeypatch
 ):
-    from transduce.tasks import get_task
-    from transduce.training import validation
-
     data = PreparedData.load(toy_data)
     config = toy_config(**{"train.valid_beam": 3, "decode.beam_size": 5, "decode.n_best": 2})
     model = _trainer(config, toy_data, toy_data.parent / "dev-score-run").model
