@@ -166,6 +166,28 @@ def test_load_latest_falls_back_past_corrupt_newest(
     assert "step_00000030.pt" in caplog.text
 
 
+def test_a_stopped_runs_state_is_resumed_from_until_a_step_file_supersedes_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Outside the rotation and the best, one at a time, newest first on resume, gone with the
+    next step file; a corrupt one falls back to the step files."""
+    store = CheckpointStore(tmp_path, keep_last=1)
+    store.save(tiny_state(10), 10, 1.0)
+    store.save_stopped(tiny_state(13), 13)
+    store.save_stopped(tiny_state(17), 17)  # stopped again after resuming from 13
+    assert store.stopped_steps() == [17] and store.steps() == [10]
+    assert load(store.best_path())["step"] == 10
+    assert store.newest_paths() == [store.stopped_path(17), store.path(10)]
+    assert store.load_latest()["step"] == 17
+    assert checkpoint.default_checkpoint(tmp_path) == store.stopped_path(17)
+    store.stopped_path(17).write_bytes(store.stopped_path(17).read_bytes()[:50])
+    with caplog.at_level(logging.WARNING, logger="transduce.training.checkpoint"):
+        assert store.load_latest()["step"] == 10
+    assert "stopped_00000017.pt" in caplog.text
+    store.save(tiny_state(20), 20, None)
+    assert store.stopped_steps() == [] and store.steps() == [10, 20]  # 10: the best
+
+
 def test_leftover_temp_file_is_ignored(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, keep_last=2)
     store.save(tiny_state(10), 10, 0.1)

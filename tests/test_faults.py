@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +32,11 @@ TOY = as_set_arguments(
         "train.threads": 1,
     }
 )
+
+
+# Two training processes on this machine, as `torchrun --nproc_per_node 2` starts them.
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+TORCHRUN += ["-m"]
 
 
 @pytest.fixture(scope="module")
@@ -75,18 +81,9 @@ def _model(run: Path, step: int) -> dict:
 @pytest.mark.slow
 def test_two_processes_equal_one_process_with_twice_the_accumulation(toy_data, tmp_path):
     settings = ["train.max_steps=4", "train.valid_every=4", "model.dropout=0"]
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-    ]
     subprocess.run(
         _train_command(
-            toy_data, tmp_path / "two", *settings, "train.accumulate=1", launcher=torchrun
+            toy_data, tmp_path / "two", *settings, "train.accumulate=1", launcher=TORCHRUN
         ),
         check=True,
         timeout=300,
@@ -132,9 +129,7 @@ RNN_TOY = as_set_arguments(
 @pytest.mark.slow
 def test_the_recurrent_family_trains_on_two_processes_as_on_one(toy_data, tmp_path):
     settings = ["train.max_steps=4", "train.valid_every=1"]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    torchrun += ["--nproc_per_node", "2", "-m"]
-    for name, accumulate, launcher in (("two", 1, torchrun), ("one", 2, ())):
+    for name, accumulate, launcher in (("two", 1, TORCHRUN), ("one", 2, ())):
         command = _train_command(
             toy_data, tmp_path / name, *settings, f"train.accumulate={accumulate}",
             launcher=launcher, preset="rnn-tiny", toy=RNN_TOY,
@@ -210,3 +205,147 @@ def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> No
         assert process.poll() is None, "training ended before it could be killed"
         assert time.monotonic() < deadline, f"{path} did not appear"
         time.sleep(0.01)
+
+
+def _stop_config(*settings: str):
+    from transduce.config import override, parse_assignments
+    from transduce.presets import tiny
+
+    return override(tiny(), parse_assignments([*TOY, "model.dropout=0.3", *settings]))
+
+
+def _signal_after(monkeypatch, step: int, *signals: int) -> None:
+    """Each of `signals` reaches this process as update `step` ends."""
+    from transduce.training.loop import Trainer
+
+    real_update = Trainer._update
+
+    def update_then_signal(self, group, rate):
+        result = real_update(self, group, rate)
+        if self.progress.step == step:
+            for number in signals:
+                os.kill(os.getpid(), number)
+        return result
+
+    monkeypatch.setattr(Trainer, "_update", update_then_signal)
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_run_saves_its_last_update_and_resumes_to_the_same_end(
+    toy_data, tmp_path, monkeypatch, caplog, number
+):
+    """Ctrl-C or a scheduler's SIGTERM between validations: the update ends, its state is saved
+    outside the rotation, and `--resume` ends bitwise where an uninterrupted run does, with the
+    same checkpoints kept and averaged."""
+    from transduce.training.loop import train
+    from transduce.training.stopping import TrainingStopped
+
+    config = _stop_config("train.max_steps=16", "train.valid_every=4")
+    train(config, toy_data, tmp_path / "straight", device="cpu")
+    handlers = [signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)]
+    _signal_after(monkeypatch, 7, number)
+    with pytest.raises(TrainingStopped, match=f"{number.name} at step 7: saved .*stopped_00000007"):
+        train(config, toy_data, tmp_path / "stopped", device="cpu")
+    assert [signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)] == handlers
+    store = CheckpointStore(tmp_path / "stopped", 3)
+    assert store.steps() == [4] and store.stopped_steps() == [7]
+    assert load(store.stopped_path(7))["progress"]["step"] == 7
+    monkeypatch.undo()
+    with caplog.at_level("INFO", logger="transduce.training.loop"):
+        train(config, toy_data, tmp_path / "stopped", resume=True, device="cpu")
+    assert "resumed from step 7 " in caplog.text
+    straight = CheckpointStore(tmp_path / "straight", 3)
+    assert store.steps() == straight.steps() and store.stopped_steps() == []
+    for file in ("average.pt", "checkpoints/best.pt"):
+        mine, theirs = (
+            load(run / file)["model"] for run in (tmp_path / "stopped", tmp_path / "straight")
+        )
+        assert all(torch.equal(t, mine[n]) for n, t in theirs.items()), file
+
+
+def test_a_stop_asked_for_at_a_validation_keeps_that_checkpoint(toy_data, tmp_path, monkeypatch):
+    from transduce.training.loop import train
+    from transduce.training.stopping import TrainingStopped
+
+    _signal_after(monkeypatch, 4, signal.SIGINT)
+    with pytest.raises(TrainingStopped, match=r"at step 4: saved .*step_00000004\.pt"):
+        train(
+            _stop_config("train.max_steps=8", "train.valid_every=4"),
+            toy_data,
+            tmp_path,
+            device="cpu",
+        )
+    assert CheckpointStore(tmp_path, 3).steps() == [4]
+    assert CheckpointStore(tmp_path, 3).stopped_steps() == []
+
+
+def test_a_second_signal_stops_at_once(toy_data, tmp_path, monkeypatch):
+    from transduce.training.loop import train
+    from transduce.training.stopping import TrainingStopped
+
+    _signal_after(monkeypatch, 6, signal.SIGINT, signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt, match="SIGINT twice") as stop:
+        train(
+            _stop_config("train.max_steps=8", "train.valid_every=4"),
+            toy_data,
+            tmp_path,
+            device="cpu",
+        )
+    assert not isinstance(stop.value, TrainingStopped)
+    store = CheckpointStore(tmp_path, 3)
+    assert store.steps() == [4] and store.stopped_steps() == []
+
+
+PAIR = ["train.max_steps=40", "train.valid_every=10", "model.dropout=0.3"]
+
+
+@pytest.fixture(scope="module")
+def straight_pair(toy_data, tmp_path_factory) -> dict:
+    """The final model of two processes trained with PAIR without a stop."""
+    run = tmp_path_factory.mktemp("pair") / "straight"
+    subprocess.run(_train_command(toy_data, run, *PAIR, launcher=TORCHRUN), check=True, timeout=300)
+    return _model(run, 40)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "whom, number", [("one worker", signal.SIGTERM), ("torchrun", signal.SIGINT)]
+)
+def test_a_signal_to_one_or_all_of_two_processes_stops_both_after_the_same_update(
+    toy_data, tmp_path, straight_pair, whom, number
+):
+    """Whichever process a signal reaches (a scheduler may signal one; Ctrl-C reaches torchrun,
+    which passes it on to each), all stop after the same update and the first one saves; the
+    resumed pair ends where an uninterrupted pair does."""
+    command = _train_command(toy_data, tmp_path, *PAIR, launcher=TORCHRUN)
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "checkpoints" / "step_00000010.pt", process)
+    time.sleep(1)  # into the updates after that validation
+    workers = _children(process.pid)
+    assert len(workers) == 2
+    os.kill(workers[-1] if whom == "one worker" else process.pid, number)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0, stderr
+    found = re.search(rf"interrupted: {number.name} at step (\d+): saved", stderr)
+    step, store = int(found.group(1)), CheckpointStore(tmp_path, 3)
+    if step % 10:  # between validations (the usual case), else its step checkpoint stands
+        assert store.stopped_steps() == [step], stderr
+        state = load(store.stopped_path(step))
+        assert state["progress"]["world"] == 2 and len(state["rng"]) == 2
+    assert step < 40 and store.steps()[-1] == step // 10 * 10
+    subprocess.run([*command, "--resume"], check=True, timeout=300)
+    resumed = _model(tmp_path, 40)
+    assert all(torch.equal(t, resumed[n]) for n, t in straight_pair.items())
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, oldest first (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            found.append((int(fields[19]), int(stat.parent.name)))
+    return [child for _, child in sorted(found)]

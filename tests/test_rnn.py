@@ -16,7 +16,7 @@ from transduce.data.dataset import PreparedData, prepare
 from transduce.decoding.translate import Translator
 from transduce.models.rnn_attention import GlobalAttention
 from transduce.presets import preset
-from transduce.training import loop
+from transduce.training import validation
 from transduce.training.checkpoint import CheckpointStore, load
 from transduce.training.loop import Trainer, train
 from transduce.training.runlog import read_log
@@ -374,7 +374,7 @@ def _trainer_with_scripted_dev_loss(config, data, run_dir, monkeypatch, resume=F
         loss = DEV_LOSSES[trainer.progress.step]
         return {"loss": loss, "nll": loss, "ppl": math.exp(loss)}
 
-    monkeypatch.setattr(loop, "dev_loss", dev_loss)
+    monkeypatch.setattr(validation, "dev_loss", dev_loss)
     return trainer
 
 

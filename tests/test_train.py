@@ -84,6 +84,45 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(toy_data, tmp_path):
     }
 
 
+def test_a_failed_validation_keeps_its_updates_and_resume_redoes_it(
+    toy_data, tmp_path, monkeypatch
+):
+    """A validation that fails (say, the dev decoding out of memory) saves the state it was
+    validating; `--resume` validates that first, then ends as an uninterrupted run does."""
+    config = toy_config(**{"model.dropout": 0.3, "train.valid_every": 10, "train.max_steps": 30})
+    _trainer(config, toy_data, tmp_path / "straight").run()
+    real, calls = loop.validate, {"n": 0}
+
+    def the_second_fails(*args):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("out of memory in the dev decoding")
+        return real(*args)
+
+    monkeypatch.setattr(loop, "validate", the_second_fails)
+    with pytest.raises(
+        TrainingError,
+        match=r"validation at step 20 failed \(RuntimeError: out of memory in the dev decoding\)"
+        r"; the model is saved in .*stopped_00000020\.pt: .* --resume validates it",
+    ):
+        _trainer(config, toy_data, tmp_path / "failed").run()
+    store = CheckpointStore(tmp_path / "failed", 3)
+    assert store.steps() == [10] and store.stopped_steps() == [20]
+    monkeypatch.undo()
+    resumed = _trainer(config, toy_data, tmp_path / "failed", resume=True)
+    assert resumed.progress.step == 20
+    resumed.run()
+    valid = [r["step"] for r in read_log(tmp_path / "failed" / "log.jsonl") if r["kind"] == "valid"]
+    assert valid == [10, 20, 30] and store.stopped_steps() == []
+    assert store.steps() == CheckpointStore(tmp_path / "straight", 3).steps()
+    for file in ("checkpoints/step_00000030.pt", "checkpoints/best.pt", "average.pt"):
+        straight, redone = (
+            load(run / file) for run in (tmp_path / "straight", tmp_path / "failed")
+        )
+        assert all(torch.equal(t, redone["model"][n]) for n, t in straight["model"].items()), file
+        assert straight["schedule"] == redone["schedule"]
+
+
 def test_a_resumed_run_logs_each_step_once_after_a_kill(toy_data, tmp_path):
     """What a killed session logged after its newest checkpoint is redone on `--resume`: the log
     forgets it, so that each update and validation is logged once, in order."""

@@ -19,6 +19,7 @@ from transduce.data.corpus import LengthFilter
 from transduce.data.dataset import PreparedData, prepare
 from transduce.models.dropout import Dropout
 from transduce.presets import tiny
+from transduce.training import validation
 from transduce.training.loop import Trainer
 from transduce.training.schedule import learning_rate
 
@@ -54,7 +55,7 @@ def _dev_losses(monkeypatch, losses) -> None:
     """The loop's validations see these dev losses, one after another."""
     remaining = iter(losses)
     dev = lambda *args: {"loss": next(remaining), "nll": 1.0, "ppl": math.e}  # noqa: E731
-    monkeypatch.setattr(loop_module, "dev_loss", dev)
+    monkeypatch.setattr(validation, "dev_loss", dev)
 
 
 def _record_rates(trainer) -> list[float]:

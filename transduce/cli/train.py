@@ -33,7 +33,8 @@ def _add_train(verbs) -> None:
     p.add_argument(
         "--resume",
         action="store_true",
-        help="continue the run in --out from its newest good checkpoint",
+        help="continue the run in --out from its newest good checkpoint (Ctrl-C or SIGTERM "
+        "saves one after the current update, then stops)",
     )
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: a GPU if there is one)")
     p.set_defaults(run=_train)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Protocol
 
-from ..config import ConfigError, DecodeConfig, TaskConfig
+from ..config import Config, ConfigError, DecodeConfig, TaskConfig
 from .metrics import Score
 
 if TYPE_CHECKING:
@@ -70,4 +70,12 @@ def decode_settings(task: TaskConfig, chosen: DecodeConfig) -> DecodeConfig:
     return replace(get_task(task).decode_defaults(), **changed)
 
 
-__all__ = ["Score", "Task", "decode_settings", "get_task"]
+def resolve_config(config: Config, data: PreparedData) -> Config:
+    """A run's config: the vocabulary size and the task come from the prepared data, and
+    each decoding setting left at its default becomes the task's (`decode_settings`)."""
+    model = replace(config.model, vocab_size=data.vocab.size)
+    decode = decode_settings(data.task, config.decode)
+    return replace(config, model=model, task=data.task, decode=decode)
+
+
+__all__ = ["Score", "Task", "decode_settings", "get_task", "resolve_config"]

@@ -17,11 +17,13 @@ File format: one header line ``TRANSDUCE-CKPT 1 <payload bytes> <sha256 hex>\\n`
 `torch.save` payload, so a truncated, corrupted or foreign file is detected before unpickling.
 
 A run folder's model is ``run_dir/average.pt`` when training finished, else its newest step
-file (`default_checkpoint`).
+(or stopped) file (`default_checkpoint`).
 
 Store layout under ``run_dir/checkpoints/``: ``step_{step:08d}.pt``, ``best.pt`` (a copy, not a
 symlink) and ``index.json``. Write order is step file, best.pt, index, then deletions, so a crash
-at any point leaves every file the index names complete and verifiable.
+at any point leaves every file the index names complete and verifiable. A run stopped between
+validations (stopping.py) leaves ``stopped_{step:08d}.pt``: resumed from, outside the rotation
+and the average, and deleted by the next step file, which supersedes it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ MAGIC = b"TRANSDUCE-CKPT"
 VERSION = 1
 _HEADER_MAX = 256  # the header is ~100 bytes; a longer first line is not ours
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+_STOPPED_FILE = re.compile(r"^stopped_(\d+)\.pt$")
 AVERAGE_FILE = "average.pt"
 
 
@@ -171,15 +174,32 @@ class CheckpointStore:
     def path(self, step: int) -> Path:
         return self.dir / f"step_{step:08d}.pt"
 
+    def stopped_path(self, step: int) -> Path:
+        return self.dir / f"stopped_{step:08d}.pt"
+
     def best_path(self) -> Path:
         return self.dir / "best.pt"
 
     def steps(self) -> list[int]:
         """Steps with a step file on disk, oldest first (temp files of killed writes excluded)."""
+        return self._steps_named(_STEP_FILE)
+
+    def stopped_steps(self) -> list[int]:
+        """Steps with a stopped file on disk, oldest first (normally one at most)."""
+        return self._steps_named(_STOPPED_FILE)
+
+    def _steps_named(self, pattern: re.Pattern) -> list[int]:
         if not self.dir.is_dir():
             return []
-        found = (_STEP_FILE.match(p.name) for p in self.dir.iterdir())
+        found = (pattern.match(p.name) for p in self.dir.iterdir())
         return sorted(int(m.group(1)) for m in found if m)
+
+    def newest_paths(self) -> list[Path]:
+        """Step and stopped files, newest step first; at a tie, the stopped file (it is the
+        later state: a validation that failed came after it)."""
+        files = [(s, 1, self.stopped_path(s)) for s in self.stopped_steps()]
+        files += [(s, 0, self.path(s)) for s in self.steps()]
+        return [path for _, _, path in sorted(files, reverse=True)]
 
     def last_paths(self, k: int) -> list[Path]:
         """Paths of the newest `k` step checkpoints, oldest first; fewer if fewer exist."""
@@ -216,6 +236,18 @@ class CheckpointStore:
         # deletions last: until the index above is on disk, the old index names these files
         for s in doomed:
             self.path(s).unlink(missing_ok=True)
+        for s in self.stopped_steps():  # superseded: this run went on from it, or from older
+            self.stopped_path(s).unlink(missing_ok=True)
+        return path
+
+    def save_stopped(self, state: dict[str, Any], step: int) -> Path:
+        """Write the state of a run stopped between validations, to resume from; neither
+        rotated, nor best, nor averaged."""
+        path = self.stopped_path(step)
+        _atomic_write(_encode(state), path)
+        for s in self.stopped_steps():
+            if s != step:
+                self.stopped_path(s).unlink(missing_ok=True)
         return path
 
     def _doomed(self, step: int) -> list[int]:
@@ -246,13 +278,14 @@ class CheckpointStore:
         _atomic_write(json.dumps(index, indent=1).encode() + b"\n", self.index_path)
 
     def load_latest(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
-        """The newest step checkpoint that verifies; corrupt newer ones are skipped with a warning.
+        """The newest step or stopped checkpoint that verifies; corrupt newer ones are skipped
+        with a warning.
 
-        Returns None when no step checkpoint verifies.
+        Returns None when no checkpoint verifies.
         """
-        for step in reversed(self.steps()):
+        for path in self.newest_paths():
             try:
-                return load(self.path(step), map_location)
+                return load(path, map_location)
             except CheckpointError as e:
                 log.warning("skipping unusable checkpoint: %s", e)
         return None
@@ -340,11 +373,10 @@ def default_checkpoint(run_dir: Path) -> Path:
     average_path = run_dir / AVERAGE_FILE
     if average_path.exists():
         return average_path
-    store = CheckpointStore(run_dir, keep_last=1)
-    steps = store.steps()
-    if not steps:
+    newest = CheckpointStore(run_dir, keep_last=1).newest_paths()
+    if not newest:
         raise FileNotFoundError(f"{run_dir}: no checkpoint found (has training started?)")
-    return store.path(steps[-1])
+    return newest[0]
 
 
 def steps_to_average(kept: list[int], step: int, train: TrainConfig) -> list[int]:

@@ -5,8 +5,9 @@ A run lives in one folder: `config.json` (the resolved Config), `vocab.model`, `
 checkpoint also carries the config and the vocabulary, so one file is a whole model.
 `resume=True` continues from the newest good checkpoint with the same data order, schedule (with
 what it learned from validations) and random state, so a resumed run ends where an uninterrupted
-one would. Under torchrun, each process trains on its share of the batches (distributed.py) and
-only the first one writes.
+one would. Ctrl-C or SIGTERM stops a run after its current update, saved (stopping.py). Under
+torchrun, each process trains on its share of the batches (distributed.py) and only the first one
+writes.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import replace
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -29,11 +29,11 @@ from ..data.dataset import PreparedData
 from ..data.epochs import Pairs, TrainingEpochs
 from ..models import build_model, count_parameters
 from ..runtime import pick_device
-from ..tasks import decode_settings, get_task
+from ..tasks import get_task, resolve_config
 from . import distributed
 from .checkpoint import AVERAGE_FILE, CheckpointStore, average, save, steps_to_average
 from .compiled import compile_layers, compiles
-from .resume import Progress, capture_rng, restore_rng
+from .resume import Progress, capture_rng, restore_rng, update_groups
 from .runlog import (
     RunFolderError,
     RunLog,
@@ -43,16 +43,13 @@ from .runlog import (
     write_run_folder,
 )
 from .schedule import budget_used, cooldown_factor, make_optimizer, make_schedule
-from .step import StepResult, train_step
-from .validation import dev_loss, dev_score
+from .step import StepResult, TrainingError, explain_out_of_memory, train_step
+from .stopping import StopRequests, TrainingStopped
+from .validation import validate
 
 logger = logging.getLogger(__name__)
 
 MAX_BAD_STEPS = 20  # consecutive non-finite losses before a run gives up
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on; the message says why and what to change."""
 
 
 def train(
@@ -79,14 +76,6 @@ def train(
         return average
     finally:
         distributed.stop()
-
-
-def resolve_config(config: Config, data: PreparedData) -> Config:
-    """The run's config: the vocabulary size and the task come from the prepared data, and
-    each decoding setting left at its default becomes the task's (`tasks.decode_settings`)."""
-    model = replace(config.model, vocab_size=data.vocab.size)
-    decode = decode_settings(data.task, config.decode)
-    return replace(config, model=model, task=data.task, decode=decode)
 
 
 class Trainer:
@@ -118,6 +107,8 @@ class Trainer:
         self.progress = Progress(world=self.processes.world)
         self._consecutive_bad = 0
         self._epoch_batches = (-1, 0)  # (epoch, its number of batches), for `_budget_used`
+        self._validate_first = False  # a validation to redo: it failed when the run stopped
+        self.stops = StopRequests()
         if resume:
             self._restore()
         self.log = RunLog(run_dir, self.progress.step if resume else None)
@@ -180,6 +171,7 @@ class Trainer:
         if "schedule" in state:  # checkpoints from before schedules had a state: stateless
             self.schedule.load_state_dict(state["schedule"])
         self.progress = Progress.from_state(state["progress"])
+        self._validate_first = state.get("validate_first", False)
         restore_rng(state["rng"], self.processes.rank)
         # Forget what a killed session logged after its checkpoint: it will be redone.
         self._on_main(lambda: keep_log_until(log_path, self.progress.step))
@@ -188,6 +180,13 @@ class Trainer:
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> Path:
+        """Train to the budget, then average: the averaged model's path. A signal raises
+        TrainingStopped once the run's state is saved for `--resume`."""
+        with self.stops.listening():
+            self._train()
+        return self._average()
+
+    def _train(self) -> None:
         train = self.config.train
         bar = tqdm(
             total=train.max_steps,
@@ -196,10 +195,14 @@ class Trainer:
             disable=None if self.processes.is_main else True,
             dynamic_ncols=True,
         )
+        if self._validate_first:
+            self._validate_and_save()
         session_start, elapsed_before = time.monotonic(), self.progress.elapsed
         last_saved, window = self.progress.step, Window()
         used = self._budget_used()
-        groups = iter(()) if used >= 1 else self._update_groups()  # a finished run
+        groups = update_groups(self.epochs, self.progress, train.accumulate, train.max_epochs)
+        if used >= 1:  # a finished run
+            groups = iter(())
         for group in groups:
             rate = self._rate(used)
             result = self._update(group, rate)
@@ -218,6 +221,9 @@ class Trainer:
                 self._validate_and_save()
                 last_saved = self.progress.step
                 window.restart_clock()  # tokens/s measures training, not validation
+            if self._stop_requested():
+                bar.close()
+                self._stop(saved=self.progress.step == last_saved)
             used = self._budget_used()
             if used >= 1:
                 break
@@ -225,21 +231,6 @@ class Trainer:
         if self.progress.step != last_saved:
             self._validate_and_save()
         self.log.close()
-        return self._average()
-
-    def _update_groups(self) -> Iterator[list[Pairs]]:
-        """Groups of `accumulate` batches, epoch after epoch, from where the run stands."""
-        group: list[Pairs] = []
-        max_epochs = self.config.train.max_epochs
-        while not (max_epochs and self.progress.epoch >= max_epochs):
-            epoch = self.progress.epoch
-            for pairs in self.epochs.batches(epoch, self.progress.batch_in_epoch):
-                self.progress.batch_in_epoch += 1
-                group.append(pairs)
-                if len(group) == self.config.train.accumulate:
-                    yield group
-                    group = []
-            self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
 
     def _rate(self, used: float) -> float:
         """The rate of the next update: the schedule's, times the cooldown at the budget's end."""
@@ -250,7 +241,7 @@ class Trainer:
         """One update over a group of batches; gives up after too many non-finite losses."""
         train = self.config.train
         batches = [self._collate(pairs) for pairs in group]
-        with _explain_out_of_memory(self.config):
+        with explain_out_of_memory(self.config):
             result = train_step(
                 self.network,
                 self.optimizer,
@@ -304,6 +295,23 @@ class Trainer:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return nullcontext()
 
+    def _stop_requested(self) -> bool:
+        # Every process stops after the same update, if any of them was asked to.
+        return self.processes.max(float(self.stops.requested)) > 0
+
+    def _stop(self, saved: bool) -> None:
+        """Save this step's state (unless its checkpoint was just written), and stop."""
+        step = self.progress.step
+        if saved:
+            path = self.store.path(step)
+        else:
+            rng = self.processes.gather(capture_rng())
+            path = self.store.stopped_path(step)
+            self._on_main(lambda: self.store.save_stopped(self._state(rng), step))
+        self.log.close()
+        asked = self.stops.signal_name or "another process's signal"
+        raise TrainingStopped(f"{asked} at step {step}: saved {path}; --resume continues the run")
+
     # --- validation, checkpoints, logs -----------------------------------------------------
 
     def _validate_and_save(self) -> None:
@@ -314,13 +322,20 @@ class Trainer:
 
     def _validate_and_save_on_main(self, rng: list[dict]) -> None:
         metric = self.task.metric
-        record = {
-            "kind": "valid",
-            "step": self.progress.step,
-            **dev_loss(self.model, self.data, self.config, self.device, self._autocast),
-        }
-        if self.config.train.valid_bleu:
-            record[metric] = dev_score(self.model, self.data, self.config, self.device, self.task)
+        try:
+            scores = validate(
+                self.model, self.data, self.config, self.device, self._autocast, self.task
+            )
+        except Exception as error:
+            # Keep the updates since the last checkpoint: `--resume` redoes this validation.
+            state = self._state(rng) | {"validate_first": True}
+            path = self.store.save_stopped(state, self.progress.step)
+            raise TrainingError(
+                f"validation at step {self.progress.step} failed ({type(error).__name__}: "
+                f"{error}); the model is saved in {path}: once the cause is fixed, --resume "
+                "validates it and goes on"
+            ) from error
+        record = {"kind": "valid", "step": self.progress.step, **scores}
         self._log(record)
         self.schedule.observe(record)  # before the save: the checkpoint holds what it learned
         # Without the task's score, a lower dev loss is better.
@@ -383,16 +398,3 @@ class Trainer:
 
         self._on_main(write_average)
         return out
-
-
-@contextmanager
-def _explain_out_of_memory(config: Config) -> Iterator[None]:
-    """Turn a GPU out-of-memory error into one that names the settings to change."""
-    try:
-        yield
-    except torch.cuda.OutOfMemoryError as error:
-        data, train = config.data, config.train
-        raise TrainingError(
-            f"out of GPU memory with data.max_tokens={data.max_tokens}: lower it and raise "
-            f"train.accumulate (now {train.accumulate}) to keep the batch per update"
-        ) from error

@@ -9,9 +9,12 @@ put it back where it was.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+
+from ..data.epochs import Pairs, TrainingEpochs
 
 
 @dataclass
@@ -45,3 +48,20 @@ def restore_rng(saved: dict | list[dict], rank: int) -> None:
     random.setstate(state["python"])
     if torch.cuda.is_available() and "cuda" in state:
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def update_groups(
+    epochs: TrainingEpochs, progress: Progress, accumulate: int, max_epochs: int
+) -> Iterator[list[Pairs]]:
+    """Groups of `accumulate` batches, epoch after epoch, from where `progress` stands; it
+    counts each batch as handed out, so that a checkpoint between updates knows where to go on."""
+    group: list[Pairs] = []
+    while not (max_epochs and progress.epoch >= max_epochs):
+        epoch = progress.epoch
+        for pairs in epochs.batches(epoch, progress.batch_in_epoch):
+            progress.batch_in_epoch += 1
+            group.append(pairs)
+            if len(group) == accumulate:
+                yield group
+                group = []
+        progress.epoch, progress.batch_in_epoch = epoch + 1, 0

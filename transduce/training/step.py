@@ -4,17 +4,22 @@ clipping and the optimiser step, or no step at all when the loss is not finite."
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from ..config import Config
 from ..data.batching import Batch
 from .distributed import Processes
 from .loss import model_loss
 from .schedule import set_learning_rate
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on; the message says why and what to change."""
 
 
 @dataclass
@@ -105,3 +110,16 @@ def _no_sync(network: nn.Module, processes: Processes, last: bool) -> AbstractCo
     if processes.parallel and not last:
         return network.no_sync()
     return nullcontext()
+
+
+@contextmanager
+def explain_out_of_memory(config: Config) -> Iterator[None]:
+    """Turn a GPU out-of-memory error into one that names the settings to change."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as error:
+        data, train = config.data, config.train
+        raise TrainingError(
+            f"out of GPU memory with data.max_tokens={data.max_tokens}: lower it and raise "
+            f"train.accumulate (now {train.accumulate}) to keep the batch per update"
+        ) from error

@@ -18,6 +18,21 @@ from ..tasks import Task
 from .loss import model_loss
 
 
+def validate(
+    model: Seq2Seq,
+    data: PreparedData,
+    config: Config,
+    device: torch.device,
+    autocast: Callable[[], AbstractContextManager],
+    task: Task,
+) -> dict:
+    """One validation's scores: the dev loss, and the task's score if asked for."""
+    scores = dev_loss(model, data, config, device, autocast)
+    if config.train.valid_bleu:
+        scores[task.metric] = dev_score(model, data, config, device, task)
+    return scores
+
+
 @torch.no_grad()
 def dev_loss(
     model: Seq2Seq,
