@@ -51,6 +51,9 @@ def test_each_target_word_takes_its_argmax_source_word_without_eos():
     # row 1 averages to [0.3, 0.15, 0.55]: </s> is largest but takes no part, so "a"
     assert found == [(1, 0), (0, 1)]
     assert pharaoh(found) == "0-1 1-0"
+    # the first head alone would say "a"; the mean of the two says "b"
+    split = torch.tensor([[[0.6, 0.4, 0.0]], [[0.0, 1.0, 0.0]]])
+    assert align(_attention([split], ["x"], ["a", "b", "</s>"])) == [(1, 0)]
 
 
 def test_words_are_numbered_as_split_numbers_them():
@@ -68,8 +71,10 @@ def test_the_default_layer_is_the_penultimate():
     assert default_layer(3) == 1 and default_layer(1) == 0
     assert align(attention) == [(1, 0)]
     assert align(attention, layer=0) == [(0, 0)]
-    with pytest.raises(ValueError, match="out of range"):
-        align(attention, layer=3)
+    assert align(attention, layer=-1) == align(attention, layer=2) == [(0, 0)]  # from the end
+    for outside in (3, -4):
+        with pytest.raises(ValueError, match="out of range"):
+            align(attention, layer=outside)
 
 
 @pytest.mark.parametrize("family", ["transformer", "rnn", "scripted"])

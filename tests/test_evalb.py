@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,10 @@ def test_length_mismatch_is_an_error_and_an_empty_parse_a_skip():
     assert (totals.sentences, totals.error_sentences, totals.skip_sentences) == (3, 1, 1)
     assert (totals.valid_sentences, totals.gold_brackets, totals.matched) == (1, 3, 3)
     assert score_sentence(gold, "(S (NP (NN b)) (VP (VBZ is)))").status == ERROR  # words
+    long_gold = "(S " + "(NN w) " * 41 + ")"
+    refused = evalb([long_gold, long_gold], ["(S (NN w))", None])
+    assert [s.length for s in refused.sentences] == [41, 41]  # the gold's, as EVALB prints it
+    assert (refused.all.sentences, refused.short.sentences) == (2, 0)
 
 
 def test_gold_tags_replace_placeholders_before_scoring():
@@ -113,6 +118,89 @@ def test_unreadable_lines_raise():
         score_sentence("(S (NN a)))", "(S (NN a))")
     with pytest.raises(EvalbInputError):
         score_sentence("(S a (NN b))", "(S (NN a))")
+
+
+@pytest.mark.parametrize("tag", [",", ":", "``", "''", "."])
+def test_each_collins_delete_label_goes_with_its_word(tag):
+    gold = f"(S (NP (NN a) ({tag} p)) (VP (VB b)))"
+    test = f"(S (NP (NN a)) (VP ({tag} p) (VB b)))"  # attached elsewhere: no matter, it goes
+    s = score_sentence(gold, test)
+    assert (s.matched, s.gold_brackets, s.test_brackets, s.words, s.length) == (3, 3, 3, 2, 3)
+
+
+def test_labels_decide_a_match_unless_unlabelled():
+    gold, test = "(S (NP (NN a)) (VP (VB b)))", "(S (VP (NN a)) (NP (VB b)))"
+    assert score_sentence(gold, test).matched == 1  # S only: the spans agree, the labels not
+    assert score_sentence(gold, test, replace(COLLINS, labeled=False)).matched == 3
+
+
+def test_function_tags_are_cut_at_the_first_dash_or_equals_even_the_first_character():
+    s = score_sentence("(S (NP=2 (NN a)) (VP-1 (VB b)))", "(S (NP (NN a)) (VP (VB b)))")
+    assert s.matched == 3
+    # "=A" cut at its first character is the empty label of an unlabelled bracket
+    s = score_sentence("(S (=A (NN a) (NN b)) (NN c))", "(S ( (NN a) (NN b)) (NN c))")
+    assert (s.matched, s.gold_brackets) == (2, 2)
+
+
+def test_equal_labels_hold_for_deletion_and_for_tags_too():
+    """EVALB compares with label_comp everywhere: a label equal to a DELETE_LABEL is deleted,
+    and tags equal by EQ_LABEL are correct."""
+    params = replace(COLLINS, equal_labels=(("ADVP", "PRT"), ("ROOT", "TOP"), ("NN", "NNS")))
+    s = score_sentence("(ROOT (S (NN a) (VB b)))", "(S (NNS a) (VB b))", params)
+    assert (s.gold_brackets, s.matched, s.correct_tags) == (1, 1, 2)
+    s = score_sentence("(ROOT (S (NN a) (VB b)))", "(S (NNS a) (VB b))")
+    assert (s.gold_brackets, s.matched, s.correct_tags) == (2, 1, 1)
+
+
+def test_an_unbalanced_line_on_either_side_is_an_error_sentence():
+    assert score_sentence("(S (NN a)", "(S (NN a))").status == ERROR  # a bracket left open
+    assert score_sentence("(S (NN a))", "(S (NN a)").status == ERROR
+    assert score_sentence("(S (NN a))", "(S (NN a))").status == OK
+
+
+def test_complete_match_and_crossings_are_rates_over_the_valid_sentences():
+    pairs = [
+        ("(S (X a) (X b))", "(S (X a) (X b))"),  # complete, no crossing
+        ("(S (X a) (X b) (X c))", "(S (A (X a) (X b)) (X c))"),  # one bracket more
+        ("(S (A (X a) (X b)) (X c))", "(S (X a) (X b) (X c))"),  # one bracket fewer
+        ("(S (A (X a) (X b)) (X c))", "(S (X a) (B (X b) (X c)))"),  # 1 crossing
+        ("(S (X a) (C (X b) (X c)) (X d))", "(S (A (X a) (X b)) (B (X c) (X d)))"),  # 2
+        # G(0,3) and B(1,3) cross A(0,2) or C(2,4); H(3,6) and D(3,5) cross C or E(4,6): 4
+        (
+            "(S (A (X a) (X b)) (C (X c) (X d)) (E (X e) (X f)))",
+            "(S (G (X a) (B (X b) (X c))) (H (D (X d) (X e)) (X f)))",
+        ),
+        ("(S (X a) (X b))", "(S (X a))"),  # an error sentence: in no rate
+    ]
+    result = evalb([g for g, _ in pairs], [t for _, t in pairs])
+    assert [s.crossing for s in result.sentences[:6]] == [0, 0, 0, 1, 2, 4]
+    totals = result.all
+    assert (totals.sentences, totals.valid_sentences, totals.complete) == (7, 6, 1)
+    assert round(totals.complete_match, 2) == 16.67  # 1 of 6
+    assert round(totals.average_crossing, 2) == 1.17  # 7 crossings / 6
+    assert (totals.no_crossing, totals.two_or_less_crossing) == (3, 5)
+    assert "No crossing               =  50.00\n2 or less crossing        =  83.33\n" in (
+        format_summary(result)
+    )
+
+
+def test_with_gold_tags_a_failed_parse_is_still_a_skip_sentence():
+    gold = "(S (NP (DT The) (NN cat)) (VP (VBD sat)))"
+    result = evalb([gold, gold], [None, ""], gold_tags=True)
+    assert [s.status for s in result.sentences] == [SKIP, SKIP]
+
+
+def test_files_are_read_as_fgets_reads_them(tmp_path):
+    """A line past 4,999 bytes goes on as a line of its own (here the newline alone: a skip
+    sentence); a form feed or carriage return inside a line is only white space."""
+    long_tree = "(S " + "(NN a) " * 713 + "    )"
+    assert len(long_tree) == 4999
+    lines = [long_tree, "(S (NN a)\f(NN b))", "(S (NN a) (NN b))\r"]
+    for name in ("gold", "test"):
+        (tmp_path / name).write_bytes("".join(f"{line}\n" for line in lines).encode())
+    result = evalb_files(tmp_path / "gold", tmp_path / "test")
+    assert [s.status for s in result.sentences] == [OK, SKIP, OK, OK]
+    assert [s.words for s in result.sentences] == [713, 0, 2, 2]
 
 
 def test_no_brackets_gives_evalb_nan_fmeasure():

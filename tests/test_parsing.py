@@ -65,6 +65,28 @@ def test_half_the_training_trees_for_a_learning_curve(treebank, tmp_path):
     assert len(half.split("train")) == 150 and len(half.split("dev")) == 12
 
 
+def test_deep_trees_of_few_words_are_trained_on_and_a_fraction_keeps_at_least_one(tmp_path):
+    """A linearised tree has several tokens a word, a unary chain many more: translation's
+    length filter (9 target tokens a source token at most) would drop it from training."""
+    rng = random.Random(1)
+    folder = tmp_path / "ptb_sample" / "combined"
+    folder.mkdir(parents=True)
+    deep = "( (S " + "(VP " * 12 + "(NP (NN cat))" + ")" * 13 + " )"
+    for number, n in ((1, 20), (140, 3), (160, 3)):
+        text = "\n".join(_sentence(rng) for _ in range(n))
+        (folder / f"wsj_{number:04d}.mrg").write_text(text + ("\n" + deep if number == 1 else ""))
+    data = prepare_treebank(tmp_path, tmp_path / "data", vocab_size=40)
+    train = data.split("train")
+    assert len(train) == 21 and max(len(train.pair(i)[1]) for i in range(21)) == 29
+    one = prepare_treebank(tmp_path, tmp_path / "one", vocab_size=40, train_fraction=0.01)
+    assert len(one.split("train")) == 1
+    (tmp_path / "one" / "left by hand").write_text("")
+    prepare_treebank(tmp_path, tmp_path / "one", vocab_size=40, train_fraction=0.01, force=True)
+    assert not (tmp_path / "one" / "left by hand").exists()  # prepared afresh, not reused
+    with pytest.raises(ValueError, match=r"train_fraction must be in \(0, 1\], got 0"):
+        prepare_treebank(tmp_path, tmp_path / "none", vocab_size=40, train_fraction=0.0)
+
+
 def test_train_parse_and_score_with_the_commands(prepared, tmp_path, capsys, caplog):
     settings = PLUMBING_MODEL | {"train.max_steps": 4, "train.valid_every": 2}
     run = tmp_path / "run"

@@ -236,13 +236,16 @@ def test_sample_split_by_file_number(tmp_path):
 
 
 def test_wsj_split_by_section(tmp_path):
-    names = [f"wsj/{s:02d}/wsj_{s:02d}{n:02d}.mrg" for s in (0, 2, 21, 22, 23, 24) for n in (0, 99)]
-    write_corpus(tmp_path, names)
+    sections = (0, 1, 2, 21, 22, 23, 24)
+    names = [f"wsj/{s:02d}/wsj_{s:02d}{n:02d}.mrg" for s in sections for n in (0, 99)]
+    write_corpus(tmp_path, [*names, "wsj/23/wsj_0250.mrg"])  # the last one in the wrong folder
+    # a tree of empty elements only is no tree once they are gone
+    (tmp_path / "wsj/22/wsj_2250.mrg").write_text("( (-NONE- *T*))\n( (S (NN wsj_2250)))\n")
     splits = read_treebank(tmp_path)
     assert splits == read_wsj(tmp_path)
     assert {k: [t.leaves()[0] for t in v] for k, v in splits.items()} == {
         "train": ["wsj_0200", "wsj_0299", "wsj_2100", "wsj_2199"],
-        "dev": ["wsj_2200", "wsj_2299"],
+        "dev": ["wsj_2200", "wsj_2250", "wsj_2299"],
         "test": ["wsj_2300", "wsj_2399"],
     }
     assert str(splits["dev"][0]) == "(S (NN wsj_2200))"

@@ -215,8 +215,8 @@ def _read_open(line: str, at: int, out: _Line, stack: list[int], params: EvalbPa
                 out.words.append(line[start:stop])
                 out.tags.append(label)
             return stop + 1
-        if not (stop < len(line) and line[stop] == "("):
-            out.error = True  # "More than two elements in a bracket"
+        # Else a word that is not alone in its bracket ("More than two elements in a bracket",
+        # says EVALB) is read next as a word outside a preterminal, which raises.
     stack.append(len(out.spans))
     out.spans.append([len(out.words), -1, label])
     return end
