@@ -8,6 +8,7 @@ from transduce.cli import main
 from transduce.viz.alignment import (
     GoldAlignment,
     aer,
+    aer_of_files,
     align,
     default_layer,
     parse_gold,
@@ -32,9 +33,30 @@ def test_aer_on_a_hand_worked_example():
     assert two == pytest.approx(1 - 7 / 9)
 
 
+def test_possible_links_may_be_written_with_p_as_well():
+    assert parse_gold("0-0 1p2 2?1") == GoldAlignment({(0, 0)}, {(0, 0), (1, 2), (2, 1)})
+
+
 def test_bad_gold_links_are_named():
     with pytest.raises(ValueError, match=r"gold\.txt:3: not an alignment link: '0:1'"):
         parse_gold("0-0 0:1", "gold.txt:3")
+    with pytest.raises(ValueError, match="not an alignment link: '0-1x'"):
+        parse_gold("0-1x")
+
+
+def test_aer_of_files_reads_what_translate_writes_and_names_unequal_files(tmp_path):
+    hyp = write_lines(tmp_path / "hyp.txt", ["ein hund ||| 0-0 1-1", "1-0"])
+    gold = write_lines(tmp_path / "gold.txt", ["0-0 1-1", "0-0 1?0"])
+    assert aer_of_files(hyp, gold) == pytest.approx(1 - (2 + 3) / (3 + 3))
+    short = write_lines(tmp_path / "short.txt", ["0-0 1-1"])
+    with pytest.raises(ValueError, match=r"hyp\.txt has 2 lines but .*short\.txt has 1"):
+        aer_of_files(hyp, short)
+
+
+def test_aer_of_no_links_against_none_is_zero_and_of_unequal_corpora_an_error():
+    assert aer([set(), set()], [parse_gold(""), parse_gold("")]) == 0.0
+    with pytest.raises(ValueError, match="2 hypothesis lines but 1 gold lines"):
+        aer([set(), set()], [parse_gold("0-0")])
 
 
 def _attention(layers: list[torch.Tensor], target: list[str], source: list[str]):
@@ -88,6 +110,20 @@ def test_alignments_have_a_line_per_input_and_only_pairs_in_range(family, tmp_pa
     for line, (text, pairs) in zip(lines, results, strict=True):
         assert all(0 <= i < len(line.split()) and 0 <= j < len(text.split()) for i, j in pairs)
         assert sorted(j for _, j in pairs) == list(range(len(text.split())))  # one link a word
+
+
+def test_the_layer_asked_for_is_the_one_aligned_with(tmp_path, monkeypatch):
+    import transduce.viz.alignment as alignment
+
+    translator, real, asked = toy_translator(tmp_path), alignment.align, []
+
+    def spy(attention, layer=None):
+        asked.append(layer)
+        return real(attention, layer)
+
+    monkeypatch.setattr(alignment, "align", spy)
+    translate_with_alignments(translator, ["the dog runs", "children playing"], layer=0)
+    assert asked == [0, 0]
 
 
 def test_the_translate_and_evaluate_verbs_write_and_score_pharaoh(tmp_path, capsys):

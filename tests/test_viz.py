@@ -98,6 +98,13 @@ def test_merging_sums_over_a_words_keys_and_averages_over_its_queries():
     torch.testing.assert_close(merge_weights(weights, words, words), expected)
 
 
+def test_special_pieces_are_words_of_their_own_on_either_side():
+    """A piece without "▁" joins no special before it, and no special joins a word."""
+    words = group_pieces(["<s>", "ing", "▁a", "<unk>", "</s>"])
+    assert words.labels == ["<s>", "ing", "a", "<unk>", "</s>"]
+    assert words.groups == [[0], [1], [2], [3], [4]]
+
+
 def _image(path: Path):
     pixels = matplotlib.image.imread(path)  # (height, width, channels) floats in [0, 1]
     assert pixels.std() > 0.05, f"{path.name} looks blank"
