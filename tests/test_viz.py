@@ -2,7 +2,9 @@
 PNG figures are drawn, and the HTML page works in a real browser; for the Transformer and for a
 family with only cross attention (the scripted fake), through the same code."""
 
+import importlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib.image
@@ -10,7 +12,7 @@ import pytest
 import torch
 
 from transduce.cli import main
-from transduce.viz.capture import capture, sentence_attention
+from transduce.viz.capture import best_translations, capture, sentence_attention
 from transduce.viz.views import attention_views
 from transduce.viz.words import group_pieces, merge_weights
 
@@ -53,6 +55,55 @@ def test_captured_attention_is_a_distribution_over_real_positions(family):
                 rows = weights[b][:, queries[b]]  # every head, the real queries
                 assert torch.allclose(rows.sum(-1), torch.ones_like(rows.sum(-1)), atol=1e-9)
                 assert (rows[..., ~keys[b]] == 0).all()
+
+
+def test_a_sentence_is_read_as_translate_reads_it_without_the_spaces_around_it(tmp_path):
+    translator = _translator("transformer", tmp_path)
+    padded = sentence_attention(translator, "  the dog \t", "  a dog  ")
+    plain = sentence_attention(translator, "the dog", "a dog")
+    assert (padded.labels, padded.source, padded.translation) == (
+        plain.labels,
+        plain.source,
+        plain.translation,
+    )
+
+
+def test_the_search_settings_asked_for_make_the_translation(tmp_path, monkeypatch):
+    capture_module = importlib.import_module(
+        "transduce.viz.capture"
+    )  # the module, not the function
+    real, seen = capture_module.decode_ids, []
+
+    def spy(model, vocab, sources, settings, *rest):
+        seen.append(settings)
+        # the translator's own weights, packed or int8: the translation `translate` gives
+        assert rest == (translator.device, translator.packed_weights, translator.int8_weights)
+        return real(model, vocab, sources, settings, *rest)
+
+    monkeypatch.setattr(capture_module, "decode_ids", spy)
+    translator = _translator("transformer", tmp_path)
+    greedy = replace(translator.decode, beam_size=1, alpha=0.0, n_best=1)
+    best_translations(translator, [[5, 6]], greedy)
+    best_translations(translator, [[5, 6]])
+    assert seen == [greedy, replace(translator.decode, n_best=1)]
+
+
+def test_maps_of_a_bfloat16_model_come_back_in_float32():
+    model = tiny_model(vocab_size=12).to(torch.bfloat16)
+    maps = capture(model, torch.tensor([[5, 6, EOS]]), torch.tensor([[BOS, 4]]))
+    kinds = ("encoder_self", "decoder_self", "decoder_cross")
+    assert {w.dtype for kind in kinds for w in getattr(maps, kind)} == {torch.float32}
+
+
+def test_each_kind_is_labelled_with_its_own_queries_and_keys(tmp_path):
+    """The decoder reads <s> and the target; cross attention's rows predict the target and
+    </s>; the encoder reads the source and </s>."""
+    attention = sentence_attention(_translator("transformer", tmp_path), "the dog", "a dog")
+    decoder_queries, decoder_keys = attention.labels["decoder"]
+    predicting, source = attention.labels["cross"]
+    assert decoder_queries == decoder_keys and decoder_queries[0] == "<s>"
+    assert predicting == [*decoder_queries[1:], "</s>"]
+    assert attention.labels["encoder"] == (source, source) and source[-1] == "</s>"
 
 
 @pytest.mark.parametrize("family", ["transformer", "rnn", "scripted"])
