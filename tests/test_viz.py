@@ -113,6 +113,8 @@ def test_a_sentences_maps_keep_their_rows_distributions(family, merge_words, tmp
     source_words = attention.labels["cross"][1]
     if merge_words:
         assert source_words == [*SENTENCE.split(), "</s>"]
+    else:  # the pieces as the vocabulary writes them: "outside" is several
+        assert len(source_words) > len(SENTENCE.split()) + 1 and source_words[0] == "▁the"
     for kind, layers in attention.layers.items():
         queries, keys = attention.labels[kind]
         for weights in layers:
@@ -203,7 +205,8 @@ def _page_data(path: Path) -> dict:
 
 
 def test_the_page_is_self_contained(tmp_path):
-    attention_views(toy_translator(tmp_path), SENTENCE, tmp_path / "out")
+    translator = toy_translator(tmp_path)
+    attention_views(translator, SENTENCE, tmp_path / "out")
     text = (tmp_path / "out/attention.html").read_text(encoding="utf-8")
     for outside in ("<link", "src=", "href=", "@import", "url(", "fetch(", "XMLHttpRequest"):
         assert outside not in text
@@ -211,6 +214,15 @@ def test_the_page_is_self_contained(tmp_path):
     assert urls == {"http://www.w3.org/2000/svg"}  # a namespace name, never fetched
     data = _page_data(tmp_path / "out/attention.html")
     assert data["source"] == SENTENCE and set(data["views"]) == {"encoder", "decoder", "cross"}
+    axes = {kind: (view["queryName"], view["keyName"]) for kind, view in data["views"].items()}
+    assert axes == {
+        "encoder": ("source (query)", "source (key)"),
+        "decoder": ("target input (query)", "target input (key)"),
+        "cross": ("target (predicting)", "source"),
+    }
+    drawn = torch.tensor(data["views"]["cross"]["layers"][1], dtype=torch.float64)
+    captured = sentence_attention(translator, SENTENCE).layers["cross"][1].double()
+    torch.testing.assert_close(drawn, captured, atol=5e-5, rtol=0)  # to 4 decimals
 
 
 def test_the_attention_verb_draws_a_saved_model(tmp_path, capsys):
