@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from transduce.cli import main
-from transduce.viz.capture import best_translations, capture, sentence_attention
+from transduce.viz.capture import SentenceAttention, best_translations, capture, sentence_attention
+from transduce.viz.page import fill, render_page, script_json
 from transduce.viz.views import attention_views
 from transduce.viz.words import group_pieces, merge_weights
 
@@ -197,6 +198,15 @@ def test_a_family_with_only_cross_attention_gets_only_that_view(tmp_path):
     assert list(data["views"]) == ["cross"]
 
 
+def test_page_text_cannot_end_its_script_nor_fill_a_placeholder():
+    """A sentence may hold "</script>" or a placeholder's name: neither changes the page."""
+    inline = script_json({"source": "a </script> b"})
+    assert "</" not in inline and json.loads(inline) == {"source": "a </script> b"}
+    assert fill("__A__ and __B__", {"A": "__B__", "B": "x"}) == "__B__ and x"
+    attention = SentenceAttention("a <b> & c", "t", {}, {})
+    assert "<title>Attention: a &lt;b&gt; &amp; c</title>" in render_page(attention, 0)
+
+
 def _page_data(path: Path) -> dict:
     text = path.read_text(encoding="utf-8")
     opening = '<script id="data" type="application/json">'
@@ -206,7 +216,7 @@ def _page_data(path: Path) -> dict:
 
 def test_the_page_is_self_contained(tmp_path):
     translator = toy_translator(tmp_path)
-    attention_views(translator, SENTENCE, tmp_path / "out")
+    attention_views(translator, SENTENCE, tmp_path / "out", layer=1)  # not the default, 0
     text = (tmp_path / "out/attention.html").read_text(encoding="utf-8")
     for outside in ("<link", "src=", "href=", "@import", "url(", "fetch(", "XMLHttpRequest"):
         assert outside not in text
@@ -214,6 +224,7 @@ def test_the_page_is_self_contained(tmp_path):
     assert urls == {"http://www.w3.org/2000/svg"}  # a namespace name, never fetched
     data = _page_data(tmp_path / "out/attention.html")
     assert data["source"] == SENTENCE and set(data["views"]) == {"encoder", "decoder", "cross"}
+    assert data["layer"] == 1  # the layer the page shows first
     axes = {kind: (view["queryName"], view["keyName"]) for kind, view in data["views"].items()}
     assert axes == {
         "encoder": ("source (query)", "source (key)"),
