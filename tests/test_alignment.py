@@ -4,6 +4,7 @@ head-averaged map, BOS/EOS left out, Pharaoh lines one per input line; AER worke
 import pytest
 import torch
 
+import transduce.viz.alignment as alignment
 from transduce.cli import main
 from transduce.viz.alignment import (
     GoldAlignment,
@@ -113,8 +114,6 @@ def test_alignments_have_a_line_per_input_and_only_pairs_in_range(family, tmp_pa
 
 
 def test_the_layer_asked_for_is_the_one_aligned_with(tmp_path, monkeypatch):
-    import transduce.viz.alignment as alignment
-
     translator, real, asked = toy_translator(tmp_path), alignment.align, []
 
     def spy(attention, layer=None):

@@ -12,11 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from transduce.config import Config
+import transduce.training.checkpoint as checkpoint_module
+from transduce.config import Config, override, parse_assignments
 from transduce.data.corpus import LengthFilter
 from transduce.data.dataset import prepare
 from transduce.models.transformer import Transformer
+from transduce.presets import tiny
 from transduce.training.checkpoint import CheckpointStore, load
+from transduce.training.loop import Trainer, train
+from transduce.training.stopping import TrainingStopped
 
 from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files
 
@@ -169,15 +173,7 @@ def test_kill_9_then_resume_ends_bitwise_where_an_uninterrupted_run_does(toy_dat
 
 def test_a_death_while_writing_a_checkpoint_loses_nothing(toy_data, tmp_path, monkeypatch):
     """The process dies inside the atomic rename of a checkpoint; --resume falls back."""
-    import transduce.training.checkpoint as checkpoint_module
-    from transduce.config import override, parse_assignments
-    from transduce.presets import tiny
-    from transduce.training.loop import train
-
-    config = override(
-        tiny(),
-        parse_assignments([*TOY, "train.max_steps=12", "train.valid_every=4", "model.dropout=0.3"]),
-    )
+    config = _toy_config("train.max_steps=12", "train.valid_every=4")
     train(config, toy_data, tmp_path / "straight", device="cpu")
 
     real_replace, calls = os.replace, {"n": 0}
@@ -207,17 +203,13 @@ def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> No
         time.sleep(0.01)
 
 
-def _stop_config(*settings: str):
-    from transduce.config import override, parse_assignments
-    from transduce.presets import tiny
-
+def _toy_config(*settings: str) -> Config:
+    """TOY in process, with dropout: a resume must restore the random state too."""
     return override(tiny(), parse_assignments([*TOY, "model.dropout=0.3", *settings]))
 
 
 def _signal_after(monkeypatch, step: int, *signals: int) -> None:
     """Each of `signals` reaches this process as update `step` ends."""
-    from transduce.training.loop import Trainer
-
     real_update = Trainer._update
 
     def update_then_signal(self, group, rate):
@@ -237,10 +229,7 @@ def test_a_stopped_run_saves_its_last_update_and_resumes_to_the_same_end(
     """Ctrl-C or a scheduler's SIGTERM between validations: the update ends, its state is saved
     outside the rotation, and `--resume` ends bitwise where an uninterrupted run does, with the
     same checkpoints kept and averaged."""
-    from transduce.training.loop import train
-    from transduce.training.stopping import TrainingStopped
-
-    config = _stop_config("train.max_steps=16", "train.valid_every=4")
+    config = _toy_config("train.max_steps=16", "train.valid_every=4")
     train(config, toy_data, tmp_path / "straight", device="cpu")
     handlers = [signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)]
     _signal_after(monkeypatch, 7, number)
@@ -264,13 +253,10 @@ def test_a_stopped_run_saves_its_last_update_and_resumes_to_the_same_end(
 
 
 def test_a_stop_asked_for_at_a_validation_keeps_that_checkpoint(toy_data, tmp_path, monkeypatch):
-    from transduce.training.loop import train
-    from transduce.training.stopping import TrainingStopped
-
     _signal_after(monkeypatch, 4, signal.SIGINT)
     with pytest.raises(TrainingStopped, match=r"at step 4: saved .*step_00000004\.pt"):
         train(
-            _stop_config("train.max_steps=8", "train.valid_every=4"),
+            _toy_config("train.max_steps=8", "train.valid_every=4"),
             toy_data,
             tmp_path,
             device="cpu",
@@ -280,13 +266,10 @@ def test_a_stop_asked_for_at_a_validation_keeps_that_checkpoint(toy_data, tmp_pa
 
 
 def test_a_second_signal_stops_at_once(toy_data, tmp_path, monkeypatch):
-    from transduce.training.loop import train
-    from transduce.training.stopping import TrainingStopped
-
     _signal_after(monkeypatch, 6, signal.SIGINT, signal.SIGINT)
     with pytest.raises(KeyboardInterrupt, match="SIGINT twice") as stop:
         train(
-            _stop_config("train.max_steps=8", "train.valid_every=4"),
+            _toy_config("train.max_steps=8", "train.valid_every=4"),
             toy_data,
             tmp_path,
             device="cpu",

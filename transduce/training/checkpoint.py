@@ -236,8 +236,7 @@ class CheckpointStore:
         # deletions last: until the index above is on disk, the old index names these files
         for s in doomed:
             self.path(s).unlink(missing_ok=True)
-        for s in self.stopped_steps():  # superseded: this run went on from it, or from older
-            self.stopped_path(s).unlink(missing_ok=True)
+        self._remove_stopped()  # superseded: this run went on from it, or from older
         return path
 
     def save_stopped(self, state: dict[str, Any], step: int) -> Path:
@@ -245,10 +244,13 @@ class CheckpointStore:
         rotated, nor best, nor averaged."""
         path = self.stopped_path(step)
         _atomic_write(_encode(state), path)
-        for s in self.stopped_steps():
-            if s != step:
-                self.stopped_path(s).unlink(missing_ok=True)
+        self._remove_stopped(but=step)
         return path
+
+    def _remove_stopped(self, but: int | None = None) -> None:
+        for s in self.stopped_steps():
+            if s != but:
+                self.stopped_path(s).unlink(missing_ok=True)
 
     def _doomed(self, step: int) -> list[int]:
         """Step files to delete after saving `step`: beyond the last keep_last, or stale."""

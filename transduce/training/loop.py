@@ -200,10 +200,8 @@ class Trainer:
         session_start, elapsed_before = time.monotonic(), self.progress.elapsed
         last_saved, window = self.progress.step, Window()
         used = self._budget_used()
-        groups = update_groups(self.epochs, self.progress, train.accumulate, train.max_epochs)
-        if used >= 1:  # a finished run
-            groups = iter(())
-        for group in groups:
+        updates = update_groups(self.epochs, self.progress, train.accumulate, train.max_epochs)
+        for group in updates if used < 1 else ():  # a finished run trains no further
             rate = self._rate(used)
             result = self._update(group, rate)
             self.progress.elapsed = elapsed_before + time.monotonic() - session_start
