@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 from torch.nn.attention import SDPBackend
 
@@ -165,6 +166,7 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         padding = src_padding(split, groups)
         groups = [[split.pairs(indices) for indices in group] for group in groups]
         tokens, flops, start = 0, 0.0, 0.0
+        compiling = []  # the host seconds of timed updates that compiled a graph
         warm_start = time.perf_counter()
         for i, group in enumerate(groups):
             if i == warmup:
@@ -173,7 +175,10 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
                 tokens, flops, start = 0, 0.0, time.perf_counter()
             if args.cuda_graphs:  # a new iteration: the last one's graph outputs may be reused
                 torch.compiler.cudagraph_mark_step_begin()
+            graphs, update_start = counters["stats"]["unique_graphs"], time.perf_counter()
             tokens += trainer._update(group, rate=1e-4).tgt_tokens
+            if i >= warmup and counters["stats"]["unique_graphs"] > graphs:
+                compiling.append(time.perf_counter() - update_start)
             flops += group_flops[i]
             if args.sync_each_update:  # the host waits for the GPU's queue to drain, as the
                 synchronize()  # update did before session 23 (counted tokens on the GPU)
@@ -207,6 +212,13 @@ def measure(data: PreparedData, name: str, precision: str, compile: str, args) -
         "target_tokens_per_update": round(tokens / timed),
         "target_tokens_per_s": round(tokens / seconds),
         "seconds_per_update": seconds / timed,
+        # A new shape can fail a compiled graph's guards (a single sentence, a length divisible
+        # by 8, few tokens) and compile it again, seconds of the host's time that a long run
+        # pays once per kind of shape: the rate of the timed updates that compiled nothing
+        # (their host time, the GPU's queue drained while it compiled; SPEED.md, session 37).
+        "timed_updates_compiling": len(compiling),
+        "seconds_per_update_not_compiling": (seconds - sum(compiling))
+        / max(timed - len(compiling), 1),
         "collate_seconds_per_update": collate_seconds / len(groups),
         "model_tflops": 6 * parameters * tokens / seconds / 1e12,
         "exact_model_tflops": flops / seconds / 1e12,
@@ -356,7 +368,9 @@ def main() -> None:
             f"exact {r['exact_mfu_datasheet'] or 0:.1%})"
             f"  warm-up {r['warmup_seconds']:.0f} s  collate "
             f"{r['collate_seconds_per_update'] * 1e3:.1f} ms of {r['seconds_per_update'] * 1e3:.1f}"
-            f" ms/update  peak {r['peak_memory_gib']:.1f} GiB"
+            f" ms/update  peak {r['peak_memory_gib']:.1f} GiB  compiling in "
+            f"{r['timed_updates_compiling']} timed "
+            f"({r['seconds_per_update_not_compiling'] * 1e3:.1f} ms/update without them)"
         )
 
 

@@ -100,13 +100,28 @@ def test_batches_of_one_source_length_pad_no_source_and_keep_every_example_once(
     batches = sampler.batches(0)
     assert sorted(i for b in batches for i in b) == np.flatnonzero(sampler.src <= 400).tolist()
     for batch in batches:
-        assert len(set(src[batch])) == 1  # one source length: no source padding
         assert (tgt[batch].max() + 1) * len(batch) <= 400 >= (src[batch].max() + 1) * len(batch)
         pairs = [([4] * src[i], [4] * tgt[i]) for i in batch]
-        assert not collate(pairs).src_padded
-    # sorted by target length within a source length: the targets pad little too
+        assert collate(pairs).src_padded == (len(set(src[batch])) > 1)
+    # Only the few last sentences of a length, under half a batch, join the next length's batch
+    # (padded), rather than make an update of their own; every batch but one is half full.
+    unpadded = [b for b in batches if len(set(src[b])) == 1]
+    assert len(unpadded) > 0.8 * len(batches)
+    for batch in batches:
+        *shorter, longest = sorted(set(src[batch]))
+        for length in shorter:
+            assert 2 * (longest + 1) * sum(src[batch] == length) < 400
+    padded_tokens = [max(src[b].max(), tgt[b].max()) * len(b) for b in batches]
+    assert sum(2 * tokens < 400 for tokens in padded_tokens) <= 1
+    padded = sum((src[b].max() + 1) * len(b) for b in batches)
+    assert padded < 1.01 * (src + 1).sum()
+    # sorted by target length within a source length (the next length the other way round, so
+    # that a remainder's longest targets meet the next length's longest): the targets pad little
     padded = sum((tgt[b].max() + 1) * len(b) for b in batches)
     assert padded < 1.12 * (tgt + 1).sum()  # 1.22 unsorted by target
+    shared = [b for b in batches if len(set(src[b])) > 1]
+    padded = sum((tgt[b].max() + 1) * len(b) for b in shared)
+    assert padded < 1.25 * sum((tgt[b] + 1).sum() for b in shared)  # 1.48 sorted one way
     assert sampler.batches(1) != batches  # still shuffled by epoch
 
 

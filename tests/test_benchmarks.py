@@ -44,7 +44,8 @@ def test_the_gpu_speed_benchmark_runs_the_trainers_own_update(tmp_path, options)
     (row,) = json.loads(out.read_text())["rows"]
     assert row["preset"] == "tiny" and row["target_tokens_per_update"] > 0
     given = bool(options)
-    assert row["updates_timed"] == 2
+    assert row["updates_timed"] == 2 and row["timed_updates_compiling"] == 0  # none compiled
+    assert row["seconds_per_update_not_compiling"] == pytest.approx(row["seconds_per_update"])
     assert row["sync_each_update"] == row["seen_shapes"] == row["cuda_graphs"] == given
     assert row["loss_form"] == ("logits" if given else "chunked")
     assert row["stacked_products"] == ("off" if given else "on")
@@ -63,3 +64,14 @@ def test_the_training_step_benchmark_runs_the_trainers_own_update(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "target tokens/s over 2 updates" in done.stdout
+
+
+def test_the_batch_shapes_benchmark_counts_both_cuts():
+    """batch_shapes.py prints, for mixed and one-source-length batches, the small batches that
+    recompiled a GPU's layers (SPEED.md, session 37): the one-length cut now makes none."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "batch_shapes.py"), "--pairs", "20000"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    mixed, one_length = done.stdout.splitlines()
+    assert mixed.startswith("mixed lengths") and "sources padded 0 " not in mixed
+    assert one_length.startswith("one source length") and "single sentence 0 " in one_length

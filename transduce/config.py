@@ -132,8 +132,9 @@ class DataConfig:
     max_tokens: int = 25000  # per batch and per side, in subword tokens, padding counted (s5.1)
     bucket_width: int = 1  # sentences of similar length share a batch: lengths rounded to this
     # Each batch's sources of one length: no source padding, so attention goes without a mask
-    # on a GPU (`training.loss.MASK_FREE_DEVICES`). On in the paper's presets (`base`, `big`,
-    # Table 3's rows); off elsewhere: on the CPU no gain (SPEED.md, session 29)
+    # on a GPU (`training.loss.MASK_FREE_DEVICES`); a length's last sentences, under half a
+    # batch, join the next length's batch. On in the paper's presets (`base`, `big`, Table 3's
+    # rows); off elsewhere: on the CPU no gain (SPEED.md, session 29)
     one_source_length: bool = False
     # BPE-dropout (Provilkov et al. 2020): the chance each merge is skipped when the training
     # text is segmented afresh for each epoch (data/epochs.py); 0 = `prepare`'s segmentation.

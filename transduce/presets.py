@@ -22,9 +22,10 @@ def scale_for_peak(peak: float, d_model: int, warmup_steps: int) -> float:
     return peak / (d_model**-0.5 * warmup_steps**-0.5)
 
 
-# The paper's batches (s5.1), each of one source length: on a GPU attention then goes without a
-# mask (`training.loss.MASK_FREE_DEVICES`), `base` 1.16x and `big` 1.04x the masked update's speed
-# on an H200. Table 3's rows batch as `base` does, so that they differ from it in their columns.
+# The paper's batches (s5.1), each of one source length (but a length's last few sentences): on a
+# GPU attention then goes without a mask (`training.loss.MASK_FREE_DEVICES`), `base` 1.16x and
+# `big` 1.04x the masked update's speed on an H200 (measured in parts, SPEED.md, session 34).
+# Table 3's rows batch as `base` does, so that they differ from it in their columns.
 PAPER_BATCHES = DataConfig(max_tokens=25000, one_source_length=True)
 
 

@@ -98,8 +98,13 @@ class TokenBatchSampler:
     Lengths are subword counts without bos/eos; one token is added per side, as `collate` does.
     `batches(epoch)` is a pure function of (seed, epoch): a seeded permutation breaks length
     ties, the sorted examples are cut greedily into batches, and the batch order is shuffled.
-    `one_source_length`: every batch's sources are of one length (sorted by source, then target
-    length), so that no source is padded and attention takes no mask (`Batch.src_padded`).
+    `one_source_length`: a batch's sources are of one length (sorted by source, then target
+    length), so that no source is padded and attention takes no mask (`Batch.src_padded`); but
+    the last sentences of a length that fill less than half a batch join the next length's batch
+    (padded, so with a mask). Without that, every length's remainder was an update of its own: at
+    WMT14's lengths 2-3% of the updates held under half a batch, eight a single sentence, and on
+    a GPU each new such shape recompiled the layers (a single sentence, or few source tokens,
+    change the compiled code's guards; SPEED.md, GPU, session 37).
     Examples too long to fit the budget alone are skipped (`n_skipped`), with a warning unless
     `warn_skipped` is false (then logged at debug level).
     """
@@ -179,7 +184,11 @@ class TokenBatchSampler:
         # length first pads the target side 13%). lexsort's last key is the primary one, and
         # it is stable: the permutation breaks ties.
         if self.one_source_length:
-            order = order[np.lexsort((tgt_bucket, self.src[order]))]
+            # Targets ascending within one source length, descending within the next: the
+            # longest targets of a length's remainder meet the next length's longest.
+            _, length_rank = np.unique(self.src[order], return_inverse=True)
+            snaking = np.where(length_rank % 2 == 0, tgt_bucket, -tgt_bucket)
+            order = order[np.lexsort((snaking, self.src[order]))]
         else:
             longer = np.maximum(src_bucket, tgt_bucket)
             order = order[np.lexsort((src_bucket, tgt_bucket, longer))]
@@ -190,14 +199,18 @@ class TokenBatchSampler:
 
     def _cut(self, order: list[int]) -> list[list[int]]:
         """Greedy: extend the batch while max length times size stays in budget on both sides
-        (and, with `one_source_length`, while the source length stays the same)."""
+        (and, with `one_source_length`, while the source length stays the same, unless the batch
+        is under half the budget: a length's last few sentences then share a batch with the next
+        length's, padded, rather than make an update of their own)."""
         src, tgt, budget = self.src.tolist(), self.tgt.tolist(), self.max_tokens
         batches, current, src_max, tgt_max = [], [], 0, 0
         for i in order:
             new_src, new_tgt = max(src_max, src[i]), max(tgt_max, tgt[i])
             size = len(current) + 1
             over = new_src * size > budget or new_tgt * size > budget
-            if current and (over or (self.one_source_length and src[i] != src_max)):
+            half_full = 2 * max(src_max, tgt_max) * len(current) >= budget
+            next_length = self.one_source_length and src[i] != src_max and half_full
+            if current and (over or next_length):
                 batches.append(current)
                 current, new_src, new_tgt = [], src[i], tgt[i]
             current.append(i)
