@@ -13,11 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
-from transduce.serve.engine import TranslateWork  # noqa: E402
+from transduce.serve.engine import AttentionWork, BadRequest, TranslateWork  # noqa: E402
 from transduce.serve.server import Background  # noqa: E402
 from transduce.serve.settings import ServeSettings  # noqa: E402
 from transduce.viz.alignment import pharaoh, translate_with_alignments  # noqa: E402
@@ -139,6 +140,77 @@ def test_attention_gives_the_weights_the_attention_page_draws(engine, served):
     expected = page_data(sentence_attention(engine.translator, sentence, merge_words=True), 1)
     assert {key: answer[key] for key in expected} == json.loads(json.dumps(expected))
     assert answer["model"] == "toy.pt" and set(answer["views"]) == {"encoder", "decoder", "cross"}
+
+
+def test_a_line_is_counted_and_aligned_as_the_model_reads_it(engine):
+    """A line's length is its subwords and EOS, the spaces around it left out as translation
+    leaves them (the 413 limit and the queue count it so), and its alignment is that of the
+    line without them."""
+    (ids,) = engine.translator.vocab.encode(["the dog"])
+    assert engine.facts.token_counts(["  the dog \t"]) == [len(ids) + 1]
+    works = [TranslateWork([line], DECODE, alignments=True) for line in ("the dog", " the dog  ")]
+    (bare,), (spaced,) = engine.translate(works[:1]), engine.translate(works[1:])
+    assert spaced == bare and "alignment" in bare[0][0]
+
+
+def test_a_requests_beam_is_the_one_n_best_must_fit(engine):
+    """n_best is checked against the request's own beam when it names one (the run's is 2)."""
+    assert engine.facts.decode_config(4, 3, None).beam_size == 4
+    with pytest.raises(BadRequest, match="exceeds the beam size 1"):
+        engine.facts.decode_config(1, 2, None)
+
+
+def test_the_models_description_is_the_served_models_own(tmp_path):
+    """`GET /v1/models` tells the model's own facts, each set off its default here: the task's
+    metric (a parser's f1), the run's decoding settings, a learned table's last position, the
+    device and the size."""
+    from transduce.config import DecodeConfig, TaskConfig
+    from transduce.decoding.translate import Translator
+    from transduce.models import count_parameters
+    from transduce.serve.engine import Engine
+    from transduce.serve.schemas import ModelList
+    from transduce.tasks import get_task
+
+    from .conftest import save_toy_model
+
+    decode = DecodeConfig(beam_size=3, alpha=0.8, max_len_b=7, n_best=2)
+    translator = Translator.load(save_toy_model(tmp_path, decode), device="cpu")
+    translator.task = get_task(TaskConfig(name="parse"))
+    translator.model.config = replace(translator.model.config, positions="learned")
+    translator.device = torch.device("cpu", 0)
+    described = Engine(translator, "parser.pt").facts.description
+    assert described == {
+        "name": "parser.pt",
+        "metric": "f1",
+        "vocab_size": translator.vocab.size,
+        "parameters": count_parameters(translator.model),
+        "max_positions": translator.model.config.max_positions,
+        "device": "cpu:0",
+        "decode": {"beam_size": 3, "alpha": 0.8, "max_len_b": 7, "n_best": 2},
+    }
+    assert described["parameters"] > 0
+    ModelList(models=[described])  # the response's schema takes it
+
+
+def test_attention_takes_the_asked_layer_its_pieces_and_a_target_without_spaces(engine):
+    """The attention's work: pieces left unmerged when asked, layers 0 to the model's last
+    accepted, and the sentence and a given target read without the spaces around them."""
+    sentence = "the children playing outside"
+
+    def work(**given) -> AttentionWork:
+        fields = dict(text=sentence, target=None, decode=DECODE, merge_words=True, layer=None)
+        return AttentionWork(**(fields | given))
+
+    (pieces,) = engine.attention([work(merge_words=False, layer=1)])
+    expected = page_data(sentence_attention(engine.translator, sentence, merge_words=False), 1)
+    assert {key: pieces[key] for key in expected} == json.loads(json.dumps(expected))
+    assert pieces != engine.attention([work(layer=1)])[0]  # "children" is more than one piece
+    spaced, bare = (engine.attention([work(target=t)]) for t in ("  the dog \t", "the dog"))
+    assert spaced == bare
+    assert engine.attention([work(text=f" {sentence}  ")]) == engine.attention([work()])
+    for layer in (2, -1):
+        with pytest.raises(BadRequest, match=f"layer {layer} out of range: .* layers 0 to 1"):
+            engine.attention([work(layer=layer)])
 
 
 def test_health_models_metrics_and_the_openapi_schema(served):
