@@ -125,6 +125,21 @@ def test_batches_of_one_source_length_pad_no_source_and_keep_every_example_once(
     assert sampler.batches(1) != batches  # still shuffled by epoch
 
 
+def test_the_fingerprint_of_an_epoch_changes_with_its_batches_alone():
+    """Resuming compares it (training/resume.py): equal batches, equal prints; batches of the same
+    sizes holding other examples, or the same examples cut otherwise, differ."""
+    same_lengths = [5] * 200
+    sampler = TokenBatchSampler(same_lengths, same_lengths, max_tokens=60, seed=0)
+    again = TokenBatchSampler(same_lengths, same_lengths, max_tokens=60, seed=0)
+    assert sampler.fingerprint(0) == again.fingerprint(0)
+    assert sampler.fingerprint(1) != sampler.fingerprint(0)  # only the indices differ
+    assert {len(b) for b in sampler.batches(0)} == {len(b) for b in sampler.batches(1)} == {10}
+    in_order, cut_otherwise = (  # the same examples in the same order, in batches of 10 and 9
+        TokenBatchSampler(same_lengths, same_lengths, max_tokens=n, shuffle=False) for n in (60, 54)
+    )
+    assert in_order.fingerprint(0) != cut_otherwise.fingerprint(0)
+
+
 def test_fixed_seed_fixes_the_order_and_epoch_or_seed_changes_it():
     src, tgt = lengths()
     make = lambda seed: TokenBatchSampler(src, tgt, max_tokens=200, seed=seed)  # noqa: E731

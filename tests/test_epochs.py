@@ -148,6 +148,44 @@ def test_a_resumed_run_with_bpe_dropout_ends_where_an_uninterrupted_one_does(wor
         assert torch.equal(tensor, again["model"][name]), name
 
 
+def test_a_run_resumed_on_other_batches_than_its_own_says_so_and_goes_on(words_data, caplog):
+    """A checkpoint keeps the fingerprint of its epoch's batches: resumed on the same batches,
+    the run goes on with the next one and says nothing; on others (the batching changed since,
+    as in session 37), it warns that the rest of that epoch is not the rest it was cut with, and
+    a position past the new epoch's end ends that epoch rather than failing."""
+    from transduce.training.resume import Progress, update_groups
+
+    def ids(group) -> list:
+        return [[(x.tolist(), y.tolist()) for x, y in pairs] for pairs in group]
+
+    def epochs(seed: int) -> TrainingEpochs:
+        return TrainingEpochs(train, words_data.vocab, DataConfig(max_tokens=100), seed=seed)
+
+    train = words_data.split("train")
+    own, saved = epochs(0), Progress()
+    used = update_groups(own, saved, accumulate=1, max_epochs=2)
+    for _ in range(3):
+        next(used)
+    assert saved.batches == own.fingerprint(0) != epochs(1).fingerprint(0)
+    with caplog.at_level("WARNING"):
+        resumed = next(update_groups(own, Progress(**vars(saved)), 1, 2))
+        assert not caplog.records
+        assert ids(resumed) == ids([next(own.batches(0, 3))])
+        next(update_groups(epochs(1), Progress(**vars(saved)), 1, 2))
+        assert "epoch 0's batches differ" in caplog.text
+        past_the_end = Progress(**vars(saved) | {"batch_in_epoch": own.num_batches(0) + 5})
+        other = epochs(1)
+        first = next(update_groups(other, past_the_end, 1, 2))
+    assert past_the_end.epoch == 1 and ids(first) == ids([next(other.batches(1))])
+    caplog.clear()
+    finished = Progress()
+    for _ in update_groups(own, finished, 1, max_epochs=1):  # its last checkpoint: epoch 1, 0
+        pass
+    with caplog.at_level("WARNING"):
+        next(update_groups(own, finished, 1, max_epochs=2))  # `--set train.max_epochs` raised
+    assert not caplog.records
+
+
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 def test_over_long_examples_are_warned_about_once_a_run_not_every_epoch(
     words_data, caplog, dropout

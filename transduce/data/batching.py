@@ -8,6 +8,8 @@ tokens." Here the budget counts padding: a batch's longest sequence times its si
 from __future__ import annotations
 
 import copy
+import hashlib
+import itertools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -172,6 +174,14 @@ class TokenBatchSampler:
 
     def num_batches(self, epoch: int) -> int:
         return len(self.batches(epoch))
+
+    def fingerprint(self, epoch: int) -> str:
+        """A digest of this epoch's batches (this rank's): a checkpoint keeps it, so that a
+        resumed run can tell whether the rest of the epoch is the rest it was cut with."""
+        batches = self.batches(epoch)
+        sizes = np.array([len(batch) for batch in batches], dtype=np.int64)
+        indices = np.fromiter(itertools.chain.from_iterable(batches), dtype=np.int64)
+        return hashlib.sha256(sizes.tobytes() + indices.tobytes()).hexdigest()[:16]
 
     def _make_batches(self, epoch: int) -> list[list[int]]:
         rng = np.random.default_rng([self.seed, epoch])

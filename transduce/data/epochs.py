@@ -59,6 +59,9 @@ class TrainingEpochs:
     def num_batches(self, epoch: int) -> int:
         return self.sampler(epoch).num_batches(epoch)
 
+    def fingerprint(self, epoch: int) -> str:
+        return self.sampler(epoch).fingerprint(epoch)
+
     def batches(self, epoch: int, start: int = 0) -> Iterator[Pairs]:
         """The pairs of each of `epoch`'s batches from batch number `start` on (to resume)."""
         split, sampler = self._epoch(epoch)

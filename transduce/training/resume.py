@@ -8,6 +8,7 @@ put it back where it was.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from ..data.epochs import Pairs, TrainingEpochs
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -24,6 +27,7 @@ class Progress:
     step: int = 0  # updates done
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of `epoch` this process has used
+    batches: str = ""  # the fingerprint of `epoch`'s batches (TokenBatchSampler.fingerprint)
     elapsed: float = 0.0  # seconds of training, summed over resumed sessions
     bad_steps: int = 0  # updates skipped for a non-finite loss, in total
     world: int = 1  # training processes; a resumed run must use as many
@@ -58,6 +62,8 @@ def update_groups(
     group: list[Pairs] = []
     while not (max_epochs and progress.epoch >= max_epochs):
         epoch = progress.epoch
+        _check_batches(epochs, progress)
+        progress.batches = epochs.fingerprint(epoch)
         for pairs in epochs.batches(epoch, progress.batch_in_epoch):
             progress.batch_in_epoch += 1
             group.append(pairs)
@@ -65,3 +71,22 @@ def update_groups(
                 yield group
                 group = []
         progress.epoch, progress.batch_in_epoch = epoch + 1, 0
+
+
+def _check_batches(epochs: TrainingEpochs, progress: Progress) -> None:
+    """Warn when a run resumed mid-epoch meets other batches for that epoch than it was cut
+    with (another version's batching, say): the rest of the epoch then repeats some examples and
+    leaves out others. Later epochs are whole either way."""
+    if not (progress.batches and progress.batch_in_epoch):
+        return
+    if progress.batches != epochs.fingerprint(progress.epoch):
+        logger.warning(
+            "epoch %d's batches differ from those this run was cut with (the batching or the "
+            "data changed since its checkpoint): the rest of epoch %d may repeat some examples "
+            "and miss others; from epoch %d on, every example once an epoch again",
+            progress.epoch,
+            progress.epoch,
+            progress.epoch + 1,
+        )
+        # Fewer batches than were used: the epoch is over.
+        progress.batch_in_epoch = min(progress.batch_in_epoch, epochs.num_batches(progress.epoch))
