@@ -5,6 +5,8 @@ decoding process that dies is replaced while the server keeps serving."""
 from __future__ import annotations
 
 import os
+import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -14,9 +16,10 @@ import pytest
 httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
+from transduce.serve.engine import TranslateWork  # noqa: E402
 from transduce.serve.server import Background  # noqa: E402
 from transduce.serve.settings import ServeSettings  # noqa: E402
-from transduce.serve.worker import DecoderProcess, _decode_forever  # noqa: E402
+from transduce.serve.worker import DecoderProcess, _decode_forever, _picklable  # noqa: E402
 
 from .conftest import save_toy_model  # noqa: E402
 from .serving import DECODE, sentences  # noqa: E402
@@ -116,6 +119,33 @@ def test_a_decoding_process_that_died_idle_is_replaced_before_the_next_work(mode
         assert decoder.pid not in (None, first)
     finally:
         decoder.close()
+
+
+def test_the_decoding_process_ignores_ctrl_c_and_leaves_by_itself_when_closed(model):
+    """Ctrl-C reaches the terminal's whole process group, and shutting down is the server's to
+    do: the child decodes on. `close` asks it to leave, and it exits by itself (code 0, not
+    killed), at once."""
+    decoder = DecoderProcess(model, threads=1)
+    try:
+        first = decoder.pid
+        os.kill(first, signal.SIGINT)
+        time.sleep(1)  # time to die, were it to
+        work = TranslateWork(["the dog runs"], DECODE, alignments=False)
+        assert decoder.translate([work]) and decoder.pid == first
+    finally:
+        process, asked = decoder._process, time.monotonic()
+        decoder.close()
+    assert process.exitcode == 0 and time.monotonic() - asked < 5
+
+
+def test_an_error_that_cannot_cross_the_pipe_crosses_as_one_that_names_it():
+    class Local(Exception):  # pickle finds no class by this name
+        pass
+
+    error = _picklable(Local("beam too wide"))
+    assert type(error) is RuntimeError and str(error) == "Local: beam too wide"
+    plain = ValueError("beam too wide")
+    assert _picklable(plain) is plain
 
 
 def test_a_model_that_cannot_be_loaded_is_reported_by_the_server_process(tmp_path):
