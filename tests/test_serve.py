@@ -250,14 +250,20 @@ def test_health_models_metrics_and_the_openapi_schema(served):
         (b'{"text": "the dog", "beam_size": 17}', 422),  # over max_beam
         (b'{"text": "the dog", "max_len_b": 257}', 422),  # over the settings' max_len_b
         (b'{"text": "the dog", "beam_size": "2"}', 422),
+        (b'{"text": "the dog", "beam_size": 0}', 422),
+        (b'{"text": "the dog", "alignments": "yes"}', 422),  # not a bool, though truthy
         (b'["the dog"]', 422),
+        (("/v1/attention", b'{"text": "the dog", "layers": 1}'), 422),  # unknown field
+        (("/v1/attention", b'{"text": "the dog", "beam_size": 0}'), 422),
+        (("/v1/attention", b'{"text": "the dog", "layer": -1}'), 422),
+        (("/v1/attention", b'{"text": "the dog", "merge_words": 1}'), 422),
+        (("/v1/attention", b'{"text": "the dog", "target": " "}'), 422),
     ],
 )
 def test_bad_input_is_answered_with_its_status_and_the_server_keeps_serving(served, body, status):
+    route, body = body if isinstance(body, tuple) else ("/v1/translate", body)
     with httpx.Client(base_url=served) as client:
-        answer = client.post(
-            "/v1/translate", content=body, headers={"content-type": "application/json"}
-        )
+        answer = client.post(route, content=body, headers={"content-type": "application/json"})
         assert answer.status_code == status
         assert isinstance(answer.json()["detail"], str) and answer.json()["detail"]
         _good(client)
