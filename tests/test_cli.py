@@ -110,6 +110,42 @@ def test_n_best_lists_each_line_in_order(toy_run, capsys, monkeypatch):
     assert scores == sorted(scores, reverse=True)
 
 
+def test_translate_hands_each_flag_to_the_model_and_its_search(toy_run, monkeypatch):
+    """--int8 reaches the loaded model, --beam, --alpha, --n-best, --max-len-b and --batch-size
+    the search; a flag left out keeps the run's own setting."""
+    from transduce.decoding.translate import Translator
+
+    seen, real_load, real_translate = {}, Translator.load, Translator.translate
+
+    def load(*args, **kwargs):
+        seen["int8"] = kwargs.get("int8")
+        seen["translator"] = real_load(*args, **kwargs)
+        return seen["translator"]
+
+    def translate(self, lines, decode=None):
+        seen["decode"] = decode
+        return real_translate(self, lines, decode)
+
+    monkeypatch.setattr(Translator, "load", staticmethod(load))
+    monkeypatch.setattr(Translator, "translate", translate)
+    flags = ["--beam", 3, "--alpha", 0.25, "--n-best", 2, "--max-len-b", 4, "--batch-size", 7]
+    run(
+        "translate",
+        "--model",
+        toy_run / "run",
+        *flags,
+        "--int8",
+        stdin=b"a b\n",
+        monkeypatch=monkeypatch,
+    )
+    chosen = seen["decode"]
+    assert seen["int8"] is True
+    assert (chosen.beam_size, chosen.alpha, chosen.n_best) == (3, 0.25, 2)
+    assert (chosen.max_len_b, chosen.batch_size) == (4, 7)
+    run("translate", "--model", toy_run / "run", stdin=b"a b\n", monkeypatch=monkeypatch)
+    assert seen["int8"] is False and seen["decode"] == seen["translator"].decode
+
+
 def test_invalid_utf8_input_names_the_line(toy_run, monkeypatch):
     with pytest.raises(SystemExit, match=r"line 2: invalid UTF-8"):
         run(
