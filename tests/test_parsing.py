@@ -10,6 +10,7 @@ from transduce.cli import main
 from transduce.config import TaskConfig, override
 from transduce.data.ptb import prepare_treebank
 from transduce.data.trees import parse_tree
+from transduce.decoding.translate import Translator
 from transduce.presets import preset
 from transduce.tasks import get_task
 from transduce.training.checkpoint import load
@@ -87,7 +88,14 @@ def test_deep_trees_of_few_words_are_trained_on_and_a_fraction_keeps_at_least_on
         prepare_treebank(tmp_path, tmp_path / "none", vocab_size=40, train_fraction=0.0)
 
 
-def test_train_parse_and_score_with_the_commands(prepared, tmp_path, capsys, caplog):
+def test_train_parse_and_score_with_the_commands(prepared, tmp_path, capsys, caplog, monkeypatch):
+    searched, real_translate = [], Translator.translate  # each parse's search settings
+
+    def translate(self, lines, decode=None):
+        searched.append(decode)
+        return real_translate(self, lines, decode)
+
+    monkeypatch.setattr(Translator, "translate", translate)
     settings = PLUMBING_MODEL | {"train.max_steps": 4, "train.valid_every": 2}
     run = tmp_path / "run"
     main(["-q", "train", "--data", str(prepared.path), "--preset", "parse-tiny", "--out", str(run),
@@ -106,8 +114,12 @@ def test_train_parse_and_score_with_the_commands(prepared, tmp_path, capsys, cap
     ]
     caplog.set_level(logging.INFO, logger="transduce")
     main(["parse", "--model", str(run), "--input", str(sentences), "--output", str(out),
-          "--beam", "2", "--constrained"])  # fmt: skip
+          "--beam", "2", "--constrained", "--alpha", "0.5", "--batch-size", "3"])  # fmt: skip
     assert "0 of 2 outputs were repaired" in caplog.text
+    plain, constrained = searched[-2:]  # the run's alpha 0.3 unless --alpha names another
+    assert (plain.beam_size, plain.alpha, plain.constrained) == (2, 0.3, False)
+    assert (constrained.beam_size, constrained.alpha, constrained.batch_size) == (2, 0.5, 3)
+    assert constrained.constrained
     assert [parse_tree(line).leaves() for line in out.read_text().splitlines()] == [
         t.leaves() for t in trees
     ]
@@ -118,7 +130,6 @@ def test_train_parse_and_score_with_the_commands(prepared, tmp_path, capsys, cap
 
 
 def test_translate_models_refuse_to_parse(tmp_path):
-    from transduce.decoding.translate import Translator
     from transduce.presets import tiny
 
     assert preset("parse-tiny").model.n_layers == 4 == preset("parse").model.n_layers
