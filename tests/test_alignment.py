@@ -125,6 +125,20 @@ def test_the_layer_asked_for_is_the_one_aligned_with(tmp_path, monkeypatch):
     assert asked == [0, 0]
 
 
+def test_the_translate_verb_hands_the_layer_and_the_search_to_the_aligner(tmp_path, monkeypatch):
+    model, real, asked = save_toy_model(tmp_path), alignment.translate_with_alignments, []
+
+    def spy(translator, lines, layer=None, decode=None):
+        asked.append((layer, decode.beam_size, decode.max_len_b))
+        return real(translator, lines, layer, decode)
+
+    monkeypatch.setattr(alignment, "translate_with_alignments", spy)
+    source = write_lines(tmp_path / "in.txt", ["the dog runs"])
+    main(["translate", "--model", str(model), "--input", str(source), "--alignments",
+          "--alignment-layer", "0", "--beam", "1", "--max-len-b", "3"])  # fmt: skip
+    assert asked == [(0, 1, 3)]
+
+
 def test_the_translate_and_evaluate_verbs_write_and_score_pharaoh(tmp_path, capsys):
     model = save_toy_model(tmp_path)
     source = write_lines(tmp_path / "in.txt", ["the dog runs", "", "children playing outside"])
@@ -138,6 +152,9 @@ def test_the_translate_and_evaluate_verbs_write_and_score_pharaoh(tmp_path, caps
     assert (tmp_path / "out.txt").read_text().splitlines() == [
         line.split(" ||| ")[0] for line in printed
     ]
+    with pytest.raises(SystemExit, match="best translation only; leave out --n-best"):
+        main(["translate", "--model", str(model), "--input", str(source), "--alignments",
+              "--beam", "2", "--n-best", "2"])  # fmt: skip
     hyp = write_lines(tmp_path / "hyp.txt", ["0-0 1-2 2-2", "0-1 1-0"])
     gold = write_lines(tmp_path / "gold.txt", ["0-0 1-1 1?2", "0-1 1-0"])
     main(["evaluate", "--alignments", "--hyp", str(hyp), "--ref", str(gold)])
