@@ -92,6 +92,21 @@ def test_translate_then_evaluate(toy_run, capsys):
     assert "BLEU = 100.00" in printed and "signature: nrefs:1|case:mixed" in printed
 
 
+def test_evaluate_scores_the_hypotheses_against_the_references_as_asked(tmp_path, capsys):
+    """--hyp is scored against --ref (BLEU is not symmetric: a short hypothesis pays the brevity
+    penalty), cased unless --lowercase-tokenized."""
+    import sacrebleu
+
+    hyps, refs = ["A dog runs ."], ["a dog runs on the grass ."]
+    hyp, ref = write_lines(tmp_path / "hyp.txt", hyps), write_lines(tmp_path / "ref.txt", refs)
+    run("evaluate", "--hyp", hyp, "--ref", ref)
+    expected = sacrebleu.corpus_bleu(hyps, [refs]).score
+    assert f"BLEU = {expected:.2f}" in capsys.readouterr().out
+    run("evaluate", "--hyp", hyp, "--ref", ref, "--lowercase-tokenized")
+    lowercased = sacrebleu.corpus_bleu(hyps, [refs], lowercase=True, tokenize="none").score
+    assert lowercased > expected and f"BLEU = {lowercased:.2f}" in capsys.readouterr().out
+
+
 def test_n_best_lists_each_line_in_order(toy_run, capsys, monkeypatch):
     run(
         "translate",

@@ -160,6 +160,9 @@ def test_evaluate_puts_the_gold_tags_back_only_when_every_output_tag_is_a_placeh
     scored = report(placeholders)
     assert "Number of Valid sentence  =      1" in scored and "tags:gold" in scored
     assert "Bracketing FMeasure       = 100.00" in scored
+    hyp = write_lines(tmp_path / "hyp.txt", [predicted])  # --gold-tags: its own tags replaced
+    main(["evaluate", "--task", "parse", "--gold-tags", "--hyp", str(hyp), "--ref", str(ref)])
+    assert "tags:gold" in capsys.readouterr().out
 
 
 def test_with_predicted_tags_checkpoints_rank_by_f1_with_the_gold_tags_put_back():
