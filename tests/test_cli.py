@@ -2,6 +2,7 @@
 
 import io
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -180,7 +181,18 @@ def test_a_corrupt_checkpoint_names_the_file(toy_run, tmp_path):
 
 
 def test_average_writes_a_loadable_model(toy_run, tmp_path, capsys, monkeypatch):
+    from transduce.training.checkpoint import CheckpointStore, load
+
     run("average", "--model", toy_run / "run", "--last", 2, "--out", tmp_path / "avg.pt")
+    newest = [load(path)["model"] for path in CheckpointStore(toy_run / "run", 2).last_paths(2)]
+    averaged = load(tmp_path / "avg.pt")["model"]
+    for name, tensor in averaged.items():  # the mean of the two newest, not the newest alone
+        torch.testing.assert_close(tensor, (newest[0][name] + newest[1][name]) / 2)
+    assert any(not torch.equal(newest[0][n], newest[1][n]) for n in averaged)
+    with pytest.raises(SystemExit, match="no checkpoints to average"):
+        run("average", "--model", tmp_path, "--out", tmp_path / "none.pt")
+    run("average", "--model", toy_run / "run", "--last", 1, "--out", tmp_path / "one.pt")
+    assert all(torch.equal(t, newest[1][n]) for n, t in load(tmp_path / "one.pt")["model"].items())
     run(
         "translate",
         "--model",
@@ -240,6 +252,44 @@ def test_every_set_counts_when_set_is_given_more_than_once():
     for verb in (["demo"], ["sweep"]):
         args = parser.parse_args([*verb, "--set", "train.seed=7", "--set", "train.cooldown=0"])
         assert args.set == ["train.seed=7", "train.cooldown=0"], verb
+
+
+def test_train_hands_its_flags_to_the_run_after_the_preset_and_set(tmp_path, monkeypatch):
+    """`transduce train`'s flags win over --set, which wins over the preset (`base` unless
+    named); --resume and --device reach the run."""
+    import transduce.training.loop as loop
+
+    seen = {}
+    monkeypatch.setattr(loop, "train", lambda config, *args, **kwargs: seen.update(
+        config=config, args=args, kwargs=kwargs) or tmp_path)  # fmt: skip
+    yaml = tmp_path / "run.yaml"
+    yaml.write_text("train: {warmup_steps: 123, seed: 5, max_steps: 8}\n")
+    run("train", "--data", tmp_path / "data", "--out", tmp_path / "run", "--config", yaml,
+        "--set", "train.seed=9", "model.dropout=0.2", "--max-minutes", 1.5,
+        "--seed", 3, "--resume", "--device", "cpu")  # fmt: skip
+    config = seen["config"]
+    assert (config.train.max_steps, config.train.max_minutes, config.train.seed) == (8, 1.5, 3)
+    assert config.train.warmup_steps == 123
+    assert config.model == override(preset("base"), {"model.dropout": 0.2}).model
+    assert seen["args"] == (tmp_path / "data", tmp_path / "run")
+    assert seen["kwargs"] == {"resume": True, "device": "cpu"}
+    run("train", "--data", tmp_path / "data", "--out", tmp_path / "run", "--max-steps", 7)
+    assert seen["config"].train.max_steps == 7
+    run("train", "--data", tmp_path / "data", "--out", tmp_path / "run")
+    assert seen["config"] == preset("base") and seen["kwargs"]["resume"] is False
+    with pytest.raises(SystemExit):  # `params` has no default preset: it must be named
+        _parser().parse_args(["params", "--vocab-size", "100"])
+    average = _parser().parse_args(["average", "--model", "run", "--out", "avg.pt"])
+    assert average.last == 5  # the paper's, for `base`
+
+
+def test_an_empty_environment_variable_counts_as_unset(monkeypatch):
+    from transduce.cli.common import env_path
+
+    monkeypatch.setenv("TRANSDUCE_TEST_FOLDER", "")
+    assert env_path("TRANSDUCE_TEST_FOLDER") is None
+    monkeypatch.setenv("TRANSDUCE_TEST_FOLDER", "corpora")
+    assert env_path("TRANSDUCE_TEST_FOLDER") == Path("corpora")
 
 
 def test_params_prints_the_count_on_its_last_line(capsys):
