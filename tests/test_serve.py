@@ -213,6 +213,31 @@ def test_attention_takes_the_asked_layer_its_pieces_and_a_target_without_spaces(
             engine.attention([work(layer=layer)])
 
 
+def test_the_serve_verb_hands_its_flags_to_the_decoder_and_the_server(monkeypatch):
+    """`transduce serve`: the model, device, int8 and threads reach the decoding process (or the
+    thread's engine and torch), every setting the server, and bad threads a message."""
+    import transduce.serve.engine as engine_module
+    import transduce.serve.server as server_module
+    import transduce.serve.worker as worker_module
+    from transduce.cli import main
+
+    seen = {}
+    monkeypatch.setattr(server_module, "serve", lambda engine, settings, quiet: seen.update(
+        engine=engine, settings=settings, quiet=quiet))  # fmt: skip
+    monkeypatch.setattr(worker_module, "DecoderProcess", lambda *given: ("process", given))
+    monkeypatch.setattr(engine_module.Engine, "load", staticmethod(lambda *a: ("thread", a)))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.update(threads=n))
+    main(["-q", "serve", "--model", "m.pt", "--device", "cpu", "--int8", "--threads", "2",
+          "--port", "8123", "--max-sentences", "7", "--batch-wait-ms", "3"])  # fmt: skip
+    assert seen["engine"] == ("process", (Path("m.pt"), "cpu", True, 2)) and seen["quiet"]
+    assert seen["settings"] == replace(ServeSettings(), port=8123, max_sentences=7, batch_wait_ms=3)
+    main(["serve", "--model", "m.pt", "--decoder", "thread", "--threads", "3"])
+    assert seen["engine"] == ("thread", (Path("m.pt"), None, False)) and seen["threads"] == 3
+    assert not seen["quiet"] and seen["settings"] == ServeSettings()
+    with pytest.raises(SystemExit, match="--threads must be at least 1, not 0"):
+        main(["serve", "--model", "m.pt", "--threads", "0"])
+
+
 def test_health_models_metrics_and_the_openapi_schema(served):
     with httpx.Client(base_url=served) as client:
         assert client.get("/health").json()["status"] == "ok"
