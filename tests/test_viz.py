@@ -319,6 +319,42 @@ def test_side_by_side_draws_each_models_cross_attention_over_one_target(tmp_path
     assert image.shape[1] > image.shape[0] and image[..., :3].std() > 0.05  # two panels, drawn
 
 
+def test_the_attention_and_explain_verbs_hand_on_their_flags(tmp_path, monkeypatch, capsys):
+    import transduce.viz.views as views
+    from transduce.decoding.translate import Translator
+
+    explain_module = importlib.import_module("transduce.viz.explain")  # the name is a function's
+    seen = {}
+
+    class Found:
+        def text(self, decimals: int) -> str:
+            return f"text to {decimals} decimals"
+
+        def to_json(self) -> str:
+            return "json"
+
+    monkeypatch.setattr(
+        Translator,
+        "load",
+        staticmethod(
+            lambda model, device=None: seen.update(model=model, device=device) or "translator"
+        ),
+    )
+    monkeypatch.setattr(views, "attention_views", lambda *given: seen.update(views=given) or [])
+    monkeypatch.setattr(explain_module, "explain", lambda sentence, model, **settings: seen.update(
+        explain=(sentence, model, settings)) or Found())  # fmt: skip
+    main(["attention", "--model", "m.pt", "--sentence", "a b", "--target", "b a", "--out",
+          str(tmp_path), "--layer", "1", "--merge-words", "--device", "cpu"])  # fmt: skip
+    assert seen["views"] == ("translator", "a b", tmp_path, "b a", 1, True)
+    assert (seen["model"], seen["device"]) == (Path("m.pt"), "cpu")
+    main(["explain", "--sentence", "a b", "--seed", "3", "--d-model", "8", "--heads", "4",
+          "--layer", "1", "--decimals", "2"])  # fmt: skip
+    assert seen["explain"] == ("a b", None, {"seed": 3, "d_model": 8, "heads": 4, "layer": 1})
+    main(["explain", "--sentence", "a b", "--model", "m.pt", "--json"])
+    assert seen["explain"][1] == Path("m.pt")
+    assert capsys.readouterr().out == "text to 2 decimals\njson\n"
+
+
 def test_the_attention_verb_draws_another_model_beside(tmp_path, capsys):
     model = save_toy_model(tmp_path / "a")
     other = save_toy_model(tmp_path / "b")
