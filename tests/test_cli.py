@@ -292,6 +292,62 @@ def test_an_empty_environment_variable_counts_as_unset(monkeypatch):
     assert env_path("TRANSDUCE_TEST_FOLDER") == Path("corpora")
 
 
+def test_prepare_hands_its_flags_to_the_preparation(tmp_path, monkeypatch):
+    """`transduce prepare`: the files or the named corpus, the BPE's size and character coverage
+    (0.9995 for a wide script), the length filter, the scoring of tokenized text, --force; for
+    the treebank its tags, fraction and 16,000 pieces; and a message for what is missing."""
+    from types import SimpleNamespace
+
+    import transduce.data.corpus as corpus
+    import transduce.data.dataset as dataset
+    import transduce.data.ptb as ptb
+    from transduce.data.corpus import LengthFilter
+    from transduce.tasks.translation import scoring
+
+    seen, made = (
+        {},
+        SimpleNamespace(splits={}, vocab=SimpleNamespace(size=1), meta={"filter_report": ""}),
+    )
+    monkeypatch.setattr(dataset, "prepare", lambda splits, out, **kw: seen.update(
+        splits=splits, out=out, **kw) or made)  # fmt: skip
+    monkeypatch.setattr(ptb, "prepare_treebank", lambda folder, out, **kw: seen.update(
+        treebank=(folder, out, kw)) or made)  # fmt: skip
+    monkeypatch.setattr(corpus, "corpus_files", lambda *a, **kw: {"train": a, "dev": kw})
+    files = [f"--{n}-{side}" for n in ("train", "dev") for side in ("src", "tgt")]
+    paths = [tmp_path / name for name in ("a", "b", "c", "d")]
+    given = [x for pair in zip(files, paths, strict=True) for x in pair]
+    run("prepare", "files", "--src", "xx", "--tgt", "yy", *given,
+        "--out", tmp_path / "out", "--vocab-size", 300, "--max-len", 50, "--max-len-ratio", 2.5,
+        "--character-coverage", 0.99, "--tokenized", "--force")  # fmt: skip
+    assert seen["splits"] == {"train": (paths[0], paths[1]), "dev": (paths[2], paths[3])}
+    assert seen["length_filter"] == LengthFilter(max_len=50, max_len_ratio=2.5)
+    assert (seen["vocab_size"], seen["character_coverage"], seen["force"]) == (300, 0.99, True)
+    assert seen["task"] == scoring(True) and seen["out"] == tmp_path / "out"
+    run("prepare", "multi30k", "--src", "en", "--tgt", "ja", "--variant", "tok", "--data-dir",
+        tmp_path, "--out", tmp_path / "out")  # fmt: skip
+    assert seen["splits"] == {"train": ("multi30k", "en", "ja"), "dev": {
+        "variant": "tok", "data_dir": tmp_path}}  # fmt: skip
+    assert (seen["vocab_size"], seen["character_coverage"], seen["force"]) == (10000, 0.9995, False)
+    assert seen["task"] == scoring(True)  # Multi30k's tok variant is lowercased and tokenized
+    assert seen["description"] == {"corpus": "multi30k", "variant": "tok", "src": "en", "tgt": "ja"}
+    run("prepare", "ptb", "--data-dir", tmp_path, "--out", tmp_path / "trees", "--tags",
+        "--train-fraction", 0.5)  # fmt: skip
+    assert seen["treebank"] == (tmp_path, tmp_path / "trees", dict(
+        tags=True, vocab_size=16000, train_fraction=0.5, force=False))  # fmt: skip
+    for argv, message in (
+        (["ptb", "--out", tmp_path], "ptb needs --data-dir"),
+        (["files", "--src", "xx", "--out", tmp_path], "files needs --src and --tgt"),
+        (
+            ["files", "--src", "x", "--tgt", "y", "--train-src", paths[0], "--out", tmp_path],
+            "give both --train-src and --train-tgt, or neither",
+        ),
+        (["files", "--src", "x", "--tgt", "y", *given[:4], "--out", tmp_path], "needs --train-src"),
+    ):
+        monkeypatch.delenv("TRANSDUCE_DATA", raising=False)
+        with pytest.raises(SystemExit, match=message):
+            run("prepare", *argv)
+
+
 def test_params_prints_the_count_on_its_last_line(capsys):
     run("params", "--preset", "big", "--vocab-size", 37000)
     last = capsys.readouterr().out.splitlines()[-1]
