@@ -348,6 +348,58 @@ def test_prepare_hands_its_flags_to_the_preparation(tmp_path, monkeypatch):
             run("prepare", *argv)
 
 
+def test_demo_compare_and_sweep_hand_their_flags_to_the_experiments(tmp_path, monkeypatch, capsys):
+    import transduce.experiments.compare as compare
+    import transduce.experiments.demo as demo
+    import transduce.experiments.sweep as sweep
+    import transduce.experiments.table3 as table3
+
+    seen = {}
+
+    def finished(name: str, report: str):  # an experiment that writes its report and returns
+        def experiment(*args, **kwargs):
+            seen[name] = (args, kwargs)
+            (args[1] / report).write_text(f"{name} report\n")
+
+        return experiment
+
+    monkeypatch.setattr(demo, "run_demo", lambda *a, **kw: seen.update(demo=(a, kw)))
+    monkeypatch.setattr(compare, "compare", finished("compare", "results.md"))
+    monkeypatch.setattr(sweep, "sweep", finished("sweep", "table3.md"))
+    monkeypatch.setattr(
+        table3, "params_table", lambda base, vocab: f"{base.model.d_model} {vocab}\n"
+    )
+    run("demo", "--data-dir", tmp_path, "--out", tmp_path / "demo", "--minutes", 3, "--preset",
+        "tiny", "--src", "fr", "--tgt", "en", "--variant", "raw", "--set", "train.seed=2",
+        "--device", "cpu")  # fmt: skip
+    assert seen["demo"] == ((tmp_path, tmp_path / "demo"), dict(
+        minutes=3.0, src="fr", tgt="en", variant="raw", preset_name="tiny",
+        overrides=["train.seed=2"], device="cpu"))  # fmt: skip
+    run("compare", "--data", tmp_path, "--out", tmp_path, "--minutes", 2, "--seeds", 3,
+        "--size", "small", "--device", "cpu")  # fmt: skip
+    assert seen["compare"] == ((tmp_path, tmp_path), dict(
+        minutes=2.0, seeds=3, size="small", device="cpu"))  # fmt: skip
+    run("sweep", "--data", tmp_path, "--out", tmp_path, "--base", "tiny", "--rows", "base,A1",
+        "--seeds", 2, "--one-seed-beyond", 0.5, "--steps", 40, "--jobs", 2, "--device", "cpu",
+        "--set", "train.seed=4")  # fmt: skip
+    (data, out, base), settings = seen["sweep"]
+    assert (data, out, settings["rows"], settings["seeds"]) == (
+        tmp_path,
+        tmp_path,
+        ("base", "A1"),
+        2,
+    )
+    assert (settings["jobs"], settings["one_seed_beyond"], settings["device"]) == (2, 0.5, "cpu")
+    assert base == sweep.sweep_base("tiny", steps=40, assignments=["train.seed=4"])
+    run("sweep", "--params-only", "--vocab-size", 37000)
+    assert capsys.readouterr().out.splitlines() == [
+        "compare report", "sweep report", "512 37000"]  # fmt: skip
+    with pytest.raises(SystemExit, match="--params-only needs --vocab-size"):
+        run("sweep", "--params-only")
+    with pytest.raises(SystemExit, match="--data is required unless --params-only"):
+        run("sweep")
+
+
 def test_params_prints_the_count_on_its_last_line(capsys):
     run("params", "--preset", "big", "--vocab-size", 37000)
     last = capsys.readouterr().out.splitlines()[-1]
