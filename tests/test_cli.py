@@ -400,6 +400,20 @@ def test_demo_compare_and_sweep_hand_their_flags_to_the_experiments(tmp_path, mo
         run("sweep")
 
 
+def test_export_hands_the_model_checkpoint_and_quantization_to_the_exporter(tmp_path, monkeypatch):
+    import transduce.export as export
+
+    seen = []
+    monkeypatch.setattr(export, "export_hf", lambda *given: seen.append(("hf", *given)))
+    monkeypatch.setattr(export, "export_ctranslate2", lambda *given: seen.append(("ct2", *given)))
+    model, out, checkpoint = tmp_path / "run", tmp_path / "out", tmp_path / "run" / "step_5.pt"
+    run("export", "--model", model, "--to", "hf", "--out", out, "--checkpoint", checkpoint)
+    run("export", "--model", model, "--to", "ctranslate2", "--out", out, "--quantize", "int8")
+    assert seen == [("hf", model, out, checkpoint), ("ct2", model, out, None, "int8")]
+    with pytest.raises(SystemExit, match="--quantize applies to --to ctranslate2 only"):
+        run("export", "--model", model, "--to", "hf", "--out", out, "--quantize", "int8")
+
+
 def test_params_prints_the_count_on_its_last_line(capsys):
     run("params", "--preset", "big", "--vocab-size", 37000)
     last = capsys.readouterr().out.splitlines()[-1]
