@@ -66,7 +66,9 @@ class Vocab:
     def encode_with_dropout(self, lines: list[str], dropout: float, seed: int) -> list[list[int]]:
         """BPE-dropout (Provilkov et al. 2020): each merge is skipped with probability
         `dropout`, so a word may come out as smaller pieces of the vocabulary than `encode`
-        gives. The same lines, rate and seed give the same ids (one thread, seeded first)."""
+        gives. The same lines, rate and seed give the same ids within one process (one thread,
+        seeded first), not across processes: sentencepiece's generator is not fixed by the seed
+        from one process to the next (data/epochs.py)."""
         spm.set_random_generator_seed(seed)
         return self._sp.encode(
             list(lines),

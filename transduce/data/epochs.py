@@ -7,9 +7,12 @@ each merge is skipped with that probability, so the model meets a word both as i
 as the smaller pieces inside it, and learns how pieces compose. Dev, test and translation keep the
 one deterministic segmentation, as in that paper.
 
-Epoch e's segmentation, like its batches, is a pure function of (seed, e): a resumed run sees the
-data an uninterrupted run would, and every training process sees the same pairs before taking
-its share of the batches.
+Epoch e's segmentation, like its batches, is a function of (seed, e) within one process: a run
+stopped and resumed in the same process sees the data an uninterrupted run would. Not across
+processes: sentencepiece's sampling draws from a generator that its seed does not fix from one
+process to the next (found in session 37), so a run resumed by a new process meets a new
+segmentation of the epoch under way (the checkpoint's batch fingerprint warns of it;
+training/resume.py), and several training processes are refused.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ class TrainingEpochs:
         rank: int = 0,
         world: int = 1,
     ) -> None:
+        if data.bpe_dropout > 0 and world > 1:
+            raise ValueError(
+                "data.bpe_dropout needs one training process: sentencepiece's sampling is not "
+                "reproducible from its seed across processes, so each process would segment "
+                "the epoch its own way and their shares of the batches would overlap"
+            )
         self._split, self._vocab, self._data, self._seed = split, vocab, data, seed
         self._shard = (rank, world)
         self._warned_of_skips = False  # the first sampler warns of over-long examples
