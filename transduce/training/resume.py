@@ -1,9 +1,10 @@
 """What a checkpoint holds besides the weights so that `--resume` continues exactly: where the run
 stands (`Progress`) and every process's random state, captured and restored here.
 
-The data needs no state of its own: each epoch's batches, and with BPE-dropout its segmentation
-(data/epochs.py), are a pure function of (seed, epoch), so `Progress.epoch` and `batch_in_epoch`
-put it back where it was.
+The data needs no state of its own: each epoch's batches are a pure function of (seed, epoch),
+so `Progress.epoch` and `batch_in_epoch` put it back where it was, and `Progress.batches` (the
+epoch's fingerprint) tells when they do not: another version's batching, or BPE-dropout's
+segmentation met again by a new process (data/epochs.py).
 """
 
 from __future__ import annotations
