@@ -218,8 +218,11 @@ class TokenBatchSampler:
             new_src, new_tgt = max(src_max, src[i]), max(tgt_max, tgt[i])
             size = len(current) + 1
             over = new_src * size > budget or new_tgt * size > budget
-            half_full = 2 * max(src_max, tgt_max) * len(current) >= budget
-            next_length = self.one_source_length and src[i] != src_max and half_full
+            next_length = (  # closes the batch only once it holds half the budget
+                self.one_source_length
+                and src[i] != src_max
+                and 2 * max(src_max, tgt_max) * len(current) >= budget
+            )
             if current and (over or next_length):
                 batches.append(current)
                 current, new_src, new_tgt = [], src[i], tgt[i]

@@ -63,8 +63,9 @@ def update_groups(
     group: list[Pairs] = []
     while not (max_epochs and progress.epoch >= max_epochs):
         epoch = progress.epoch
-        _check_batches(epochs, progress)
-        progress.batches = epochs.fingerprint(epoch)
+        fingerprint = epochs.fingerprint(epoch)
+        _check_batches(epochs, progress, fingerprint)
+        progress.batches = fingerprint
         for pairs in epochs.batches(epoch, progress.batch_in_epoch):
             progress.batch_in_epoch += 1
             group.append(pairs)
@@ -74,13 +75,13 @@ def update_groups(
         progress.epoch, progress.batch_in_epoch = epoch + 1, 0
 
 
-def _check_batches(epochs: TrainingEpochs, progress: Progress) -> None:
-    """Warn when a run resumed mid-epoch meets other batches for that epoch than it was cut
-    with (another version's batching, say): the rest of the epoch then repeats some examples and
-    leaves out others. Later epochs are whole either way."""
+def _check_batches(epochs: TrainingEpochs, progress: Progress, fingerprint: str) -> None:
+    """Warn when a run resumed mid-epoch meets other batches for that epoch (`fingerprint`) than
+    it was cut with (another version's batching, say): the rest of the epoch then repeats some
+    examples and leaves out others. Later epochs are whole either way."""
     if not (progress.batches and progress.batch_in_epoch):
         return
-    if progress.batches != epochs.fingerprint(progress.epoch):
+    if progress.batches != fingerprint:
         logger.warning(
             "epoch %d's batches differ from those this run was cut with (the batching or the "
             "data changed since its checkpoint): the rest of epoch %d may repeat some examples "
