@@ -13,6 +13,8 @@ import pytest
 import torch
 
 import transduce.training.checkpoint as checkpoint_module
+from transduce.cli import main
+from transduce.cli import train as train_verbs
 from transduce.config import Config, override, parse_assignments
 from transduce.data.corpus import LengthFilter
 from transduce.data.dataset import prepare
@@ -310,6 +312,7 @@ def test_a_signal_to_one_or_all_of_two_processes_stops_both_after_the_same_updat
     _, stderr = process.communicate(timeout=120)
     assert process.returncode != 0, stderr
     found = re.search(rf"interrupted: {number.name} at step (\d+): saved", stderr)
+    assert stderr.count("transduce train: interrupted") == 1, stderr  # the main process says it
     step, store = int(found.group(1)), CheckpointStore(tmp_path, 3)
     if step % 10:  # between validations (the usual case), else its step checkpoint stands
         assert store.stopped_steps() == [step], stderr
@@ -319,6 +322,21 @@ def test_a_signal_to_one_or_all_of_two_processes_stops_both_after_the_same_updat
     subprocess.run([*command, "--resume"], check=True, timeout=300)
     resumed = _model(tmp_path, 40)
     assert all(torch.equal(t, resumed[n]) for n, t in straight_pair.items())
+
+
+@pytest.mark.parametrize("speaks", [True, False])
+def test_only_the_process_that_speaks_for_a_stopped_run_prints_its_message(monkeypatch, speaks):
+    """Under torchrun every process stops; the main one names the saved file, the others exit
+    as failed without repeating it."""
+
+    def stopped(args):
+        raise TrainingStopped("SIGINT at step 3: saved x", speaks=speaks)
+
+    monkeypatch.setattr(train_verbs, "_train", stopped)
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--data", "d", "--out", "o"])
+    said = "transduce train: interrupted: SIGINT at step 3: saved x"
+    assert exit_.value.code == (said if speaks else 1)
 
 
 def _children(pid: int) -> list[int]:

@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     ) as error:
         sys.exit(f"transduce {args.verb}: error: {error}")
     except KeyboardInterrupt as stop:  # a training run says where it saved its state
+        if not getattr(stop, "speaks", True):
+            sys.exit(1)  # another process of the run says it
         sys.exit(f"transduce {args.verb}: interrupted" + (f": {stop}" if str(stop) else ""))
     except BrokenPipeError:  # e.g. `transduce evaluate ... | head -1`: the reader has gone
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

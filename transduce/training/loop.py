@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import random
+import signal
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -219,9 +220,9 @@ class Trainer:
                 self._validate_and_save()
                 last_saved = self.progress.step
                 window.restart_clock()  # tokens/s measures training, not validation
-            if self._stop_requested():
+            if asked := self._stop_asked():
                 bar.close()
-                self._stop(saved=self.progress.step == last_saved)
+                self._stop(asked, saved=self.progress.step == last_saved)
             used = self._budget_used()
             if used >= 1:
                 break
@@ -293,11 +294,11 @@ class Trainer:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return nullcontext()
 
-    def _stop_requested(self) -> bool:
-        # Every process stops after the same update, if any of them was asked to.
-        return self.processes.max(float(self.stops.requested)) > 0
+    def _stop_asked(self) -> int:
+        """The signal that asked any process to stop (0: none): all stop after the same update."""
+        return int(self.processes.max(float(self.stops.signal_number)))
 
-    def _stop(self, saved: bool) -> None:
+    def _stop(self, number: int, saved: bool) -> None:
         """Save this step's state (unless its checkpoint was just written), and stop."""
         step = self.progress.step
         if saved:
@@ -307,8 +308,9 @@ class Trainer:
             path = self.store.stopped_path(step)
             self._on_main(lambda: self.store.save_stopped(self._state(rng), step))
         self.log.close()
-        asked = self.stops.signal_name or "another process's signal"
-        raise TrainingStopped(f"{asked} at step {step}: saved {path}; --resume continues the run")
+        asked = signal.Signals(number).name
+        message = f"{asked} at step {step}: saved {path}; --resume continues the run"
+        raise TrainingStopped(message, speaks=self.processes.is_main)
 
     # --- validation, checkpoints, logs -----------------------------------------------------
 

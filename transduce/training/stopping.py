@@ -23,18 +23,28 @@ class TrainingStopped(KeyboardInterrupt):
     """The run stopped on request after saving its state; the message says where.
 
     A KeyboardInterrupt, so that whoever runs training (a sweep, the demo) stops too, as it
-    would on Ctrl-C, instead of counting the run as failed and going on to the next."""
+    would on Ctrl-C, instead of counting the run as failed and going on to the next.
+    `speaks`: whether this process tells the user; under torchrun only the main one does, so the
+    message is printed once."""
+
+    def __init__(self, message: str, speaks: bool = True) -> None:
+        super().__init__(message)
+        self.speaks = speaks
 
 
 class StopRequests:
     """Whether a stop was asked for since `listening()` began, and by which signal."""
 
     def __init__(self) -> None:
-        self.signal_name: str | None = None
+        self.signal_number = 0  # none yet
 
     @property
     def requested(self) -> bool:
-        return self.signal_name is not None
+        return self.signal_number != 0
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal.Signals(self.signal_number).name if self.requested else None
 
     @contextmanager
     def listening(self) -> Iterator[None]:
@@ -54,7 +64,7 @@ class StopRequests:
     def _handle(self, number: int, frame: object) -> None:
         if self.requested:  # asked twice: stop now
             raise KeyboardInterrupt(f"{signal.Signals(number).name} twice")
-        self.signal_name = signal.Signals(number).name
+        self.signal_number = number
         logger.warning(
             "%s: finishing this update to save a checkpoint, then stopping (again to stop now)",
             self.signal_name,
