@@ -129,6 +129,7 @@ REFUSED = {
     "model.max_positions": "0",
     "model.positions": "rotary",
     "model.vocab_size": "-1",
+    "model.n_decoder_layers": "-1",
     "data.max_tokens": "0",
     "data.bucket_width": "0",
     "train.warmup_steps": "0",
@@ -163,6 +164,7 @@ ACCEPTED = {
     "decode.max_len_a": "0",
     "decode.n_best": "4",
     "model.vocab_size": "0",
+    "model.n_decoder_layers": "0",
 }
 
 

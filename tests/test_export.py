@@ -20,10 +20,13 @@ transformers = pytest.importorskip("transformers")
 LINES = ["a b c d", "h g", "e e f a b c", "d"]
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["post-norm", "pre-norm"])
+@pytest.fixture(
+    scope="module", params=[(False, 0), (True, 1)], ids=["post-norm", "pre-norm-1-decoder-layer"]
+)
 def run_dir(request, tmp_path_factory):
     """A toy model trained until its translations end with EOS; post-norm (exported as
-    Marian) and pre-norm (exported as Pegasus)."""
+    Marian), and pre-norm (exported as Pegasus) with a decoder shallower than its encoder."""
+    pre_norm, n_decoder_layers = request.param
     folder = tmp_path_factory.mktemp("export")
     data = prepare(
         reverse_task_files(folder),
@@ -33,7 +36,8 @@ def run_dir(request, tmp_path_factory):
         description={"corpus": "toy"},
     )
     settings = LEARNER_MODEL | {
-        "model.pre_norm": request.param,
+        "model.pre_norm": pre_norm,
+        "model.n_decoder_layers": n_decoder_layers,
         "train.max_steps": 250,
         "train.valid_every": 250,
         "train.keep_last": 1,

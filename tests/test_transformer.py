@@ -19,6 +19,7 @@ VARIANTS = [
     {"positions": "learned"},
     {"share_embeddings": False, "tie_output": False},
     {"h": 3, "d_k": 4, "d_v": 6},
+    {"n_layers": 3, "n_decoder_layers": 1},  # a deep encoder, a shallow decoder
 ]
 
 
@@ -254,6 +255,18 @@ def test_tiny_and_small_presets_have_the_published_sizes():
     assert (tiny.n_layers, tiny.d_model, tiny.h, tiny.d_ff) == (4, 128, 4, 256)
     small = preset("small").model
     assert (small.n_layers, small.d_model, small.h, small.d_ff) == (3, 256, 4, 1024)
+
+
+def test_the_decoder_has_its_own_depth_where_one_is_given():
+    """`n_decoder_layers` sets the decoder's N alone; 0 (the default) is the encoder's N."""
+    deep_shallow = tiny_model(n_layers=3, n_decoder_layers=1)
+    assert (len(deep_shallow.encoder_layers), len(deep_shallow.decoder_layers)) == (3, 1)
+    assert len(tiny_model(n_layers=3).decoder_layers) == 3
+    same = tiny_model(n_layers=3, n_decoder_layers=3)
+    layer = count_parameters(same.decoder_layers[0])
+    assert count_parameters(same) - count_parameters(deep_shallow) == 2 * layer
+    cache = deep_shallow.init_cache(deep_shallow.encode(SRC))
+    assert len(cache.layers) == 1  # a step runs, and caches, only the decoder's layers
 
 
 def test_a_source_without_padding_is_attended_without_a_mask_and_to_the_same_result(monkeypatch):

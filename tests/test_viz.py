@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from transduce.cli import main
+from transduce.viz import views
 from transduce.viz.capture import SentenceAttention, best_translations, capture, sentence_attention
 from transduce.viz.page import fill, render_page, script_json
 from transduce.viz.views import attention_views
@@ -184,6 +185,34 @@ def test_the_figures_are_drawn_for_every_kind_of_attention(tmp_path):
         if name.endswith(".png"):
             height, width = _image(tmp_path / "out" / name)
             assert height >= 350 and width >= 400
+
+
+def test_each_stack_is_drawn_at_its_own_layer_where_the_decoder_is_shallower(tmp_path, monkeypatch):
+    """With 3 encoder layers and 1 decoder layer, the default is each stack's penultimate (or
+    only) layer, a layer asked for is each stack's own or its last, and only a layer past the
+    deepest stack is refused."""
+    model = tiny_model(n_layers=3, n_decoder_layers=1, vocab_size=60)
+    attention = sentence_attention(toy_translator(tmp_path, model=model), SENTENCE)
+    drawn = {}
+
+    def heatmap(mean, queries, keys, path, title, names):
+        drawn[path.stem] = (mean, title)
+        return path
+
+    monkeypatch.setattr(views, "heatmap_figure", heatmap)
+    monkeypatch.setattr(views, "lines_figure", lambda w, labels, at, path: drawn.update(lines=at))
+    monkeypatch.setattr(views, "grid_figure", lambda *args: None)
+    monkeypatch.setattr(views, "write_page", lambda a, at, path: drawn.update(page=at))
+    for asked, encoder_layer, page_layer in ((None, 1, 1), (2, 2, 2), (0, 0, 0)):
+        views.draw_attention(attention, tmp_path, layer=asked)
+        at = {"encoder": encoder_layer, "decoder": 0, "cross": 0}
+        for kind, layer in at.items():
+            mean, title = drawn[f"{kind}_heatmap"]
+            assert title.startswith(f"{views.TITLES[kind]}, layer {layer},")
+            assert torch.equal(mean, attention.layers[kind][layer].mean(dim=0))
+        assert (drawn["lines"], drawn["page"]) == (encoder_layer, page_layer)
+    with pytest.raises(ValueError, match="layers 0 to 2"):
+        views.draw_attention(attention, tmp_path, layer=3)
 
 
 def test_a_family_with_only_cross_attention_gets_only_that_view(tmp_path):

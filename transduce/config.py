@@ -37,6 +37,10 @@ class TransformerConfig:
 
     family: str = "transformer"
     n_layers: int = 6  # N, for the encoder and the decoder stack alike
+    # The decoder's N where it differs from the encoder's (0: the same N, as in the paper). A deep
+    # encoder with a shallow decoder decodes faster for nearly the same quality (Kasai et al.
+    # 2021, "Deep Encoder, Shallow Decoder"): a step runs only the decoder's layers.
+    n_decoder_layers: int = 0
     d_model: int = 512
     d_ff: int = 2048
     h: int = 8
@@ -60,6 +64,12 @@ class TransformerConfig:
             _require(0.0 <= getattr(self, name) < 1.0, f"model.{name} must be in [0, 1)")
         _require(self.positions in POSITIONS, f"model.positions must be one of {POSITIONS}")
         _require(self.vocab_size >= 0, "model.vocab_size must be >= 0")
+        _require(self.n_decoder_layers >= 0, "model.n_decoder_layers must be >= 0 (0: n_layers)")
+
+    @property
+    def decoder_depth(self) -> int:
+        """The number of decoder layers: `n_decoder_layers`, or N when that is 0."""
+        return self.n_decoder_layers or self.n_layers
 
 
 @dataclass(frozen=True)

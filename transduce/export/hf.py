@@ -69,7 +69,7 @@ def hf_settings(config: TransformerConfig, vocab: Vocab) -> dict:
         "vocab_size": config.vocab_size,
         "d_model": config.d_model,
         "encoder_layers": config.n_layers,
-        "decoder_layers": config.n_layers,
+        "decoder_layers": config.decoder_depth,
         "encoder_attention_heads": config.h,
         "decoder_attention_heads": config.h,
         "encoder_ffn_dim": config.d_ff,
@@ -102,14 +102,15 @@ def hf_weights(ours: dict[str, Tensor], config: TransformerConfig) -> dict[str, 
         "final_logits_bias": torch.zeros(1, config.vocab_size),
     }
     for i in range(config.n_layers):
-        ours_enc, ours_dec = f"encoder_layers.{i}", f"decoder_layers.{i}"
-        enc, dec = f"model.encoder.layers.{i}", f"model.decoder.layers.{i}"
+        ours_enc, enc = f"encoder_layers.{i}", f"model.encoder.layers.{i}"
         out |= _attention(ours, f"{ours_enc}.self_attn", f"{enc}.self_attn", perm)
         out |= _norm(
             ours, f"{ours_enc}.self_attn_residual.norm", f"{enc}.self_attn_layer_norm", perm
         )
         out |= _ffn(ours, f"{ours_enc}.ffn", enc, perm)
         out |= _norm(ours, f"{ours_enc}.ffn_residual.norm", f"{enc}.final_layer_norm", perm)
+    for i in range(config.decoder_depth):
+        ours_dec, dec = f"decoder_layers.{i}", f"model.decoder.layers.{i}"
         out |= _attention(ours, f"{ours_dec}.self_attn", f"{dec}.self_attn", perm)
         out |= _norm(
             ours, f"{ours_dec}.self_attn_residual.norm", f"{dec}.self_attn_layer_norm", perm

@@ -177,7 +177,9 @@ class Transformer(nn.Module):
         self.src_embed = Embeddings(src_tokens, config)
         self.tgt_embed = Embeddings(tgt_tokens, config)
         self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_layers))
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(config) for _ in range(config.decoder_depth)
+        )
         # A pre-norm stack leaves its sum un-normalised; a final LayerNorm closes it.
         self.encoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else nn.Identity()

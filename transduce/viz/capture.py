@@ -49,7 +49,8 @@ class SentenceAttention:
 
     @property
     def n_layers(self) -> int:
-        return len(self.layers["cross"])
+        """The deepest stack's layers (an encoder may be deeper than its decoder)."""
+        return max(len(maps) for maps in self.layers.values())
 
     def merged(self, sides: dict[str, Words]) -> SentenceAttention:
         """The same weights over words: `sides` maps "source", "target_in", "target_out" to

@@ -25,26 +25,30 @@ def draw_attention(attention: SentenceAttention, out: Path, layer: int | None = 
     """The figures and the page for `attention` in folder `out`; returns the files written.
 
     `layer` (default: the penultimate, as the paper's figures 3-5 show layer 5 of 6) is the layer
-    of the line figure and the heatmaps; the grids show every layer.
+    of the line figure and the heatmaps, in each stack (its last in a shallower stack: an encoder
+    may be deeper than its decoder); the grids show every layer.
     """
     out = Path(out)
-    layer = _checked_layer(attention, layer)
+    _check_layer(attention, layer)
     written = []
     if "encoder" in attention.layers:
         labels = attention.labels["encoder"][0]
-        weights = attention.layers["encoder"][layer]
-        written.append(lines_figure(weights, labels, layer, out / "encoder_lines.png"))
+        at = _layer_in(attention.layers["encoder"], layer)
+        weights = attention.layers["encoder"][at]
+        written.append(lines_figure(weights, labels, at, out / "encoder_lines.png"))
     for kind, layers in attention.layers.items():
         queries, keys = attention.labels[kind]
-        mean = layers[layer].mean(dim=0)  # (Tq, Tk), heads averaged
-        title = f"{TITLES[kind]}, layer {layer}, heads averaged"
+        at = _layer_in(layers, layer)
+        mean = layers[at].mean(dim=0)  # (Tq, Tk), heads averaged
+        title = f"{TITLES[kind]}, layer {at}, heads averaged"
         names = f"{AXES[kind][0]} / {AXES[kind][1]}"
         written.append(
             heatmap_figure(mean, queries, keys, out / f"{kind}_heatmap.png", title, names)
         )
         grid = out / f"{kind}_grid.png"
         written.append(grid_figure(layers, queries, keys, grid, f"{TITLES[kind]}: layers x heads"))
-    written.append(write_page(attention, layer, out / "attention.html"))
+    page_layer = default_layer(attention.n_layers) if layer is None else layer
+    written.append(write_page(attention, page_layer, out / "attention.html"))
     return written
 
 
@@ -80,7 +84,7 @@ def side_by_side(
     for name, translator in models:
         if translator is not first:
             attention = sentence_attention(translator, sentence, target, merge_words)
-        layer = default_layer(attention.n_layers)
+        layer = default_layer(len(attention.layers["cross"]))
         queries, keys = attention.labels["cross"]
         weights = attention.layers["cross"][layer].mean(dim=0)
         panels.append((weights, queries, keys, f"{name}: layer {layer}, heads averaged"))
@@ -88,10 +92,12 @@ def side_by_side(
     return side_by_side_figure(panels, Path(path), title)
 
 
-def _checked_layer(attention: SentenceAttention, layer: int | None) -> int:
+def _check_layer(attention: SentenceAttention, layer: int | None) -> None:
     n = attention.n_layers
-    if layer is None:
-        return default_layer(n)
-    if not 0 <= layer < n:
+    if layer is not None and not 0 <= layer < n:
         raise ValueError(f"--layer {layer}: the model has layers 0 to {n - 1}")
-    return layer
+
+
+def _layer_in(layers: list, layer: int | None) -> int:
+    """`layer` in one stack: its penultimate by default, its last where the stack is shallower."""
+    return default_layer(len(layers)) if layer is None else min(layer, len(layers) - 1)
