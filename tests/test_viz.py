@@ -213,6 +213,12 @@ def test_each_stack_is_drawn_at_its_own_layer_where_the_decoder_is_shallower(tmp
         assert (drawn["lines"], drawn["page"]) == (encoder_layer, page_layer)
     with pytest.raises(ValueError, match="layers 0 to 2"):
         views.draw_attention(attention, tmp_path, layer=3)
+    # beside another model, the decoder's penultimate (here its only) layer
+    monkeypatch.setattr(views, "side_by_side_figure", lambda panels, *_: drawn.update(p=panels))
+    target, translator = attention.translation, toy_translator(tmp_path, model=model)
+    views.side_by_side([("T", translator)], SENTENCE, tmp_path / "s.png", target=target)
+    own = sentence_attention(translator, SENTENCE, target, merge_words=True)
+    assert torch.equal(drawn["p"][0][0], own.layers["cross"][0].mean(dim=0))
 
 
 def test_a_family_with_only_cross_attention_gets_only_that_view(tmp_path):
