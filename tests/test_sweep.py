@@ -274,6 +274,8 @@ def test_a_process_that_dies_fails_its_run_and_the_sweep_goes_on(data, tmp_path,
     died = "its process died; run the sweep again to resume it"
     errors = {r.row: [run.error for run in r.runs] for r in results}
     assert errors == {"B1": [died], "base": [""], "D3": [died], "E1": [""]}  # E1: a fresh pool
+    # D3 took base's place: in a process of its own, nothing carried over from base's run
+    assert (tmp_path / "D3-started").read_text() != results[1].runs[0].signature
     table = (tmp_path / "table3.md").read_text()
     assert "process died" in table and "| E1 |" in table
 
@@ -286,9 +288,10 @@ def dies_on_b1(config, row, seed, data_dir, run_dir, device, log_level):
         _wait_for(d3_started)
         os._exit(3)  # as the kernel's OOM killer would leave it: no exception, no result
     if row == "D3":
-        d3_started.touch()
+        d3_started.write_text(str(os.getpid()))
         time.sleep(60)  # until the broken pool ends its process
-    return RunResult(row, seed, dev_ppl=5.0, dev_score=30.0, parameters=1, updates=4, minutes=0.1)
+    return RunResult(row, seed, dev_ppl=5.0, dev_score=30.0, signature=str(os.getpid()),
+                     parameters=1, updates=4, minutes=0.1)  # fmt: skip
 
 
 def test_a_pool_that_broke_since_the_last_wait_is_replaced_at_the_next_submit(
@@ -343,3 +346,90 @@ def test_the_sweep_scores_with_the_tasks_beam_search_and_knows_the_kept_table3_r
         kept = json.loads((kept_dir / f"{row}-seed1/sweep-result.json").read_text())
         asked = override(row_config(base, row), {"train.seed": 1})  # as `sweep` asks
         assert sweep_module._same_training(Config.from_dict(kept["config"]), asked), row
+
+
+def test_a_budget_in_minutes_lifts_the_presets_step_limit():
+    """`--minutes` alone trains for the minutes, not until the preset's own max_steps stops it."""
+    assert preset("tiny").train.max_steps < 10**9
+    timed = sweep_base("tiny", minutes=5).train
+    assert (timed.max_minutes, timed.max_steps) == (5, 10**9)
+    both = sweep_base("tiny", minutes=5, steps=7).train
+    assert (both.max_minutes, both.max_steps) == (5, 7)
+
+
+def test_a_sweep_refuses_fewer_than_one_job(tmp_path):
+    with pytest.raises(ValueError, match="jobs must be at least 1, not 0"):
+        sweep(tmp_path, tmp_path, sweep_base("tiny", steps=4), jobs=0)
+
+
+def _scripted(scores: dict, calls: list):
+    """A `_run` that records its calls and scores (row, seed) as `scores` says (None: fails)."""
+
+    def scripted_run(config, row, seed, data, run_dir, device):
+        calls.append(f"{row}-{seed}")
+        score = scores[row, seed]
+        if score is None:
+            return RunResult(row, seed, error="RuntimeError: out of patience")
+        return RunResult(row, seed, dev_ppl=5.0, dev_score=score, parameters=1, updates=4,
+                         minutes=0.1)  # fmt: skip
+
+    return scripted_run
+
+
+def test_exactly_one_seed_beyond_keeps_one_and_a_failed_base_seed_is_not_in_the_mean(
+    data, tmp_path, monkeypatch, caplog
+):
+    """B1 is exactly 1.0 from the base's mean (30.0 over its finished seeds, the failed seed 2
+    left out): at least `one_seed_beyond` away, it keeps one seed; C2 (0.5 away) keeps three."""
+    scores = {("base", 1): 30.0, ("base", 2): None, ("base", 3): 30.0, ("B1", 1): 31.0}
+    scores |= {("C2", seed): 30.5 for seed in (1, 2, 3)}
+    calls = []
+    monkeypatch.setattr(sweep_module, "_run", _scripted(scores, calls))
+    caplog.set_level("INFO", logger=sweep_module.__name__)
+    sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=["base", "B1", "C2"], seeds=3,
+          one_seed_beyond=1.0)  # fmt: skip
+    assert calls == ["base-1", "B1-1", "C2-1", "base-2", "base-3", "C2-2", "C2-3"]
+    assert "row B1: 1.00 from the base's mean with seed 1: one seed" in caplog.text
+
+
+def test_the_base_keeps_every_seed_however_far_its_seeds_spread(data, tmp_path, monkeypatch):
+    """The one-seed rule measures the other rows against the base; the base itself is not cut
+    short (its seed 1 is 1.5 from its mean after two seeds)."""
+    calls = []
+    scores = {("base", 1): 30.0, ("base", 2): 33.0, ("base", 3): 30.0}
+    monkeypatch.setattr(sweep_module, "_run", _scripted(scores, calls))
+    sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=["base"], seeds=3,
+          one_seed_beyond=1.0)  # fmt: skip
+    assert calls == ["base-1", "base-2", "base-3"]
+
+
+@pytest.mark.parametrize("threads, each", [(0, 4), (3, 3)])
+def test_runs_side_by_side_share_the_cores_unless_their_threads_are_set(
+    data, tmp_path, monkeypatch, torch_threads, threads, each
+):
+    seen = []
+
+    def scripted_run(config, row, seed, data, run_dir, device):
+        seen.append((config.train.threads, torch.get_num_threads()))
+        return RunResult(row, seed, dev_ppl=5.0, dev_score=30.0, parameters=1, updates=4,
+                         minutes=0.1)  # fmt: skip
+
+    monkeypatch.setattr(sweep_module, "_run", scripted_run)
+    monkeypatch.setattr(sweep_module, "_workers", lambda jobs: ThreadPoolExecutor(jobs))
+    monkeypatch.setattr(sweep_module.os, "cpu_count", lambda: 8)
+    base = sweep_base("tiny", steps=4, assignments=[f"train.threads={threads}"])
+    sweep(data.path, tmp_path, base, rows=["base", "D3"], jobs=2)
+    assert seen == [(each, each)] * 2  # 8 cores shared by 2 jobs, or the threads asked for
+
+
+def test_a_run_killed_before_it_finished_resumes_from_its_checkpoints(data, tmp_path, monkeypatch):
+    (tmp_path / "base-seed1" / "checkpoints").mkdir(parents=True)  # killed: no average.pt
+    asked = []
+
+    def train_recording_resume(config, data_dir, run_dir, resume, device):
+        asked.append((run_dir.name, resume))
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr(sweep_module, "train", train_recording_resume)
+    sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=["base", "D3"])
+    assert asked == [("base-seed1", True), ("D3-seed1", False)]
