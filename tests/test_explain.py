@@ -12,7 +12,7 @@ import transduce.models.attention as attention_module
 from transduce.cli import main
 from transduce.viz.explain import explain, explain_layer
 
-from .conftest import EOS, save_toy_model, tiny_model
+from .conftest import EOS, save_toy_model, tiny_model, tiny_rnn
 
 LABELS = ["a", "b", "c", "d", "</s>"]
 
@@ -100,10 +100,12 @@ def _expected(model, seen: dict, pre_norm: bool, layer: int) -> dict:
     return expected
 
 
-@pytest.mark.parametrize("pre_norm", [False, True])
-@pytest.mark.parametrize("layer", [0, 1])
-def test_every_explained_number_is_the_modules_own(pre_norm, layer, monkeypatch):
-    model = tiny_model(pre_norm=pre_norm)  # float64, 2 layers, 2 heads
+@pytest.mark.parametrize(
+    "pre_norm, layer, d_v",
+    [(False, 0, 8), (True, 0, 8), (False, 1, 8), (True, 1, 8), (False, 0, 4)],
+)
+def test_every_explained_number_is_the_modules_own(pre_norm, layer, d_v, monkeypatch):
+    model = tiny_model(pre_norm=pre_norm, d_v=d_v)  # float64, 2 layers, 2 heads, d_k 8
     src = torch.tensor([[4, 5, 6, 4, EOS]])
     seen = _record(model, layer, monkeypatch)
     with torch.no_grad():
@@ -141,3 +143,64 @@ def test_explain_reads_a_saved_model(tmp_path, capsys):
     assert "tokens: ▁the ▁children ▁playing" in out and "QK^T / sqrt(d_k)" in out
     with pytest.raises(ValueError, match="multiple of heads"):
         explain("a b", d_model=5, heads=2)
+
+
+def test_explain_refuses_what_it_cannot_walk():
+    model = tiny_model()  # 2 encoder layers
+    src = torch.tensor([[4, 5, 6, 4, EOS]])
+    with pytest.raises(ValueError, match="layers 0 to 1"):
+        explain_layer(model, src, LABELS, layer=2)
+    with pytest.raises(ValueError, match="at least one word"):
+        explain("   ")
+    with pytest.raises(ValueError, match="this model has none"):
+        explain_layer(tiny_rnn(), src, LABELS)
+    with pytest.raises(KeyError, match="no step 'H'"):  # post-norm: no LayerNorm before
+        explain_layer(model, src, LABELS)["H"]
+
+
+def test_the_random_model_is_sized_as_the_paper_and_keeps_the_sentence_as_given():
+    """d_ff = 4 d_model, as the paper's 2048 / 512; the sentence without the spaces around it."""
+    found = explain("  the cat sat \n", d_model=8, heads=2)
+    assert (found.settings["d_ff"], found["ffn_hidden"].shape) == (32, (4, 32))
+    assert found.sentence == "the cat sat" and "sentence: the cat sat\n" in found.text()
+
+
+def test_keys_at_padding_get_no_attention():
+    model = tiny_model()
+    src = torch.tensor([[4, 5, EOS, model.pad]])
+    explained = explain_layer(model, src, ["a", "b", "</s>", "<pad>"])
+    for i in range(model.config.h):
+        assert explained[f"masked_{i}"][:, -1].eq(-math.inf).all()
+        assert explained[f"weights_{i}"][:, -1].eq(0).all()
+
+
+def test_learned_positions_are_the_models_own_table():
+    """Table 3 row E: the explained PE and X are the learned table's rows, as the module adds."""
+    model = tiny_model(positions="learned")
+    src = torch.tensor([[4, 5, 6, EOS]])
+    explained = explain_layer(model, src, LABELS[1:])
+    with torch.no_grad():
+        torch.testing.assert_close(explained["PE"], model.src_embed.positions.weight[:4])
+        torch.testing.assert_close(explained["X"], model.src_embed(src)[0])
+        explained["PE"].zero_()  # the explanation holds copies: editing them leaves the model
+        assert model.src_embed.positions.weight[:4].abs().sum() > 0
+
+
+def test_the_text_numbers_the_steps_and_cuts_long_and_wide_matrices_saying_so():
+    found = explain("a b c d e", d_model=4, heads=2)  # 6 tokens; ffn_hidden is 16 wide
+    whole = found.text(max_rows=6, max_columns=16)
+    assert "more rows" not in whole and " …" not in whole
+    assert "\n[1] token embeddings E" in whole and "\n[4] X = E x sqrt(d_model) + PE" in whole
+    blocks = dict(zip([s.key for s in found.steps], found.text(5, 4).split("\n[")[1:], strict=True))
+    x_rows = blocks["X"].splitlines()[-6:]
+    assert [row.split()[0] for row in x_rows] == ["a", "b", "c", "d", "e", "…"]
+    assert x_rows[-1] == "    … 1 more rows" and not x_rows[0].endswith("…")  # 4 columns: all
+    assert all(row.endswith(" …") for row in blocks["ffn_hidden"].splitlines()[-6:-1])
+
+
+def test_json_keeps_the_words_as_written_and_labels_attention_columns_with_them():
+    found = explain("café crème", d_model=4, heads=2)
+    assert '"café"' in found.to_json()
+    steps = {step["key"]: step for step in json.loads(found.to_json())["steps"]}
+    assert steps["weights_0"]["columns"] == ["café", "crème", "</s>"]  # key tokens
+    assert steps["X"]["columns"] == ["0", "1", "2", "3"]  # dimensions

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from transduce.cli import main
-from transduce.config import Config, DecodeConfig, override
+from transduce.config import Config, ConfigError, DecodeConfig, override
 from transduce.experiments import sweep as sweep_module
+from transduce.experiments import table3
 from transduce.experiments.sweep import RunResult, sweep, sweep_base
 from transduce.experiments.table3 import ROW_NAMES, CannotScale, row_config
 from transduce.presets import big, preset
@@ -147,6 +148,8 @@ def test_a_failed_row_is_reported_and_a_resumed_sweep_trains_only_what_is_unfini
         log = (tmp_path / f"base-seed{run.seed}" / "log.jsonl").read_text().splitlines()
         last = [json.loads(line) for line in log if '"valid"' in line][-1]
         assert last["step"] == 4 and run.dev_ppl == pytest.approx(last["ppl"], rel=1e-9)
+        elapsed = max(json.loads(line)["elapsed"] for line in log)
+        assert run.minutes == pytest.approx(elapsed / 60)  # training wall time, in minutes
     table = (tmp_path / "table3.md").read_text()
     assert "cannot scale" in table and "out of patience" in table and " ± " in table
     assert len((tmp_path / "table3.csv").read_text().splitlines()) == 1 + len(ROWS)
@@ -274,6 +277,8 @@ def test_a_process_that_dies_fails_its_run_and_the_sweep_goes_on(data, tmp_path,
     died = "its process died; run the sweep again to resume it"
     errors = {r.row: [run.error for run in r.runs] for r in results}
     assert errors == {"B1": [died], "base": [""], "D3": [died], "E1": [""]}  # E1: a fresh pool
+    # D3 took base's place: in a process of its own, nothing carried over from base's run
+    assert (tmp_path / "D3-started").read_text() != results[1].runs[0].signature
     table = (tmp_path / "table3.md").read_text()
     assert "process died" in table and "| E1 |" in table
 
@@ -286,9 +291,10 @@ def dies_on_b1(config, row, seed, data_dir, run_dir, device, log_level):
         _wait_for(d3_started)
         os._exit(3)  # as the kernel's OOM killer would leave it: no exception, no result
     if row == "D3":
-        d3_started.touch()
+        d3_started.write_text(str(os.getpid()))
         time.sleep(60)  # until the broken pool ends its process
-    return RunResult(row, seed, dev_ppl=5.0, dev_score=30.0, parameters=1, updates=4, minutes=0.1)
+    return RunResult(row, seed, dev_ppl=5.0, dev_score=30.0, signature=str(os.getpid()),
+                     parameters=1, updates=4, minutes=0.1)  # fmt: skip
 
 
 def test_a_pool_that_broke_since_the_last_wait_is_replaced_at_the_next_submit(
@@ -343,3 +349,170 @@ def test_the_sweep_scores_with_the_tasks_beam_search_and_knows_the_kept_table3_r
         kept = json.loads((kept_dir / f"{row}-seed1/sweep-result.json").read_text())
         asked = override(row_config(base, row), {"train.seed": 1})  # as `sweep` asks
         assert sweep_module._same_training(Config.from_dict(kept["config"]), asked), row
+
+
+def test_a_budget_in_minutes_lifts_the_presets_step_limit():
+    """`--minutes` alone trains for the minutes, not until the preset's own max_steps stops it."""
+    assert preset("tiny").train.max_steps < 10**9
+    timed = sweep_base("tiny", minutes=5).train
+    assert (timed.max_minutes, timed.max_steps) == (5, 10**9)
+    both = sweep_base("tiny", minutes=5, steps=7).train
+    assert (both.max_minutes, both.max_steps) == (5, 7)
+
+
+def test_a_sweep_refuses_fewer_than_one_job(tmp_path):
+    with pytest.raises(ValueError, match="jobs must be at least 1, not 0"):
+        sweep(tmp_path, tmp_path, sweep_base("tiny", steps=4), jobs=0)
+
+
+def _scripted(scores: dict, calls: list):
+    """A `_run` that records its calls and scores (row, seed) as `scores` says (None: fails)."""
+
+    def scripted_run(config, row, seed, data, run_dir, device):
+        calls.append(f"{row}-{seed}")
+        score = scores[row, seed]
+        if score is None:
+            return RunResult(row, seed, error="RuntimeError: out of patience")
+        return RunResult(row, seed, dev_ppl=5.0, dev_score=score, parameters=1, updates=4,
+                         minutes=0.1)  # fmt: skip
+
+    return scripted_run
+
+
+def test_exactly_one_seed_beyond_keeps_one_and_a_failed_base_seed_is_not_in_the_mean(
+    data, tmp_path, monkeypatch, caplog
+):
+    """B1 is exactly 1.0 from the base's mean (30.0 over its finished seeds, the failed seed 2
+    left out): at least `one_seed_beyond` away, it keeps one seed; C2 (0.5 away) keeps three."""
+    scores = {("base", 1): 30.0, ("base", 2): None, ("base", 3): 30.0, ("B1", 1): 31.0}
+    scores |= {("C2", seed): 30.5 for seed in (1, 2, 3)}
+    calls = []
+    monkeypatch.setattr(sweep_module, "_run", _scripted(scores, calls))
+    caplog.set_level("INFO", logger=sweep_module.__name__)
+    sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=["base", "B1", "C2"], seeds=3,
+          one_seed_beyond=1.0)  # fmt: skip
+    assert calls == ["base-1", "B1-1", "C2-1", "base-2", "base-3", "C2-2", "C2-3"]
+    assert "row B1: 1.00 from the base's mean with seed 1: one seed" in caplog.text
+
+
+def test_the_base_keeps_every_seed_however_far_its_seeds_spread(data, tmp_path, monkeypatch):
+    """The one-seed rule measures the other rows against the base; the base itself is not cut
+    short (its seed 1 is 1.5 from its mean after two seeds)."""
+    calls = []
+    scores = {("base", 1): 30.0, ("base", 2): 33.0, ("base", 3): 30.0}
+    monkeypatch.setattr(sweep_module, "_run", _scripted(scores, calls))
+    sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=["base"], seeds=3,
+          one_seed_beyond=1.0)  # fmt: skip
+    assert calls == ["base-1", "base-2", "base-3"]
+
+
+@pytest.mark.parametrize("threads, each", [(0, 4), (3, 3)])
+def test_runs_side_by_side_share_the_cores_unless_their_threads_are_set(
+    data, tmp_path, monkeypatch, torch_threads, threads, each
+):
+    seen = []
+
+    def scripted_run(config, row, seed, data, run_dir, device):
+        seen.append((config.train.threads, torch.get_num_threads()))
+        return RunResult(row, seed, dev_ppl=5.0, dev_score=30.0, parameters=1, updates=4,
+                         minutes=0.1)  # fmt: skip
+
+    monkeypatch.setattr(sweep_module, "_run", scripted_run)
+    monkeypatch.setattr(sweep_module, "_workers", lambda jobs: ThreadPoolExecutor(jobs))
+    monkeypatch.setattr(sweep_module.os, "cpu_count", lambda: 8)
+    base = sweep_base("tiny", steps=4, assignments=[f"train.threads={threads}"])
+    sweep(data.path, tmp_path, base, rows=["base", "D3"], jobs=2)
+    assert seen == [(each, each)] * 2  # 8 cores shared by 2 jobs, or the threads asked for
+
+
+def test_a_run_killed_before_it_finished_resumes_from_its_checkpoints(data, tmp_path, monkeypatch):
+    (tmp_path / "base-seed1" / "checkpoints").mkdir(parents=True)  # killed: no average.pt
+    asked = []
+
+    def train_recording_resume(config, data_dir, run_dir, resume, device):
+        asked.append((run_dir.name, resume))
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr(sweep_module, "train", train_recording_resume)
+    sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=["base", "D3"])
+    assert asked == [("base-seed1", True), ("D3-seed1", False)]
+
+
+def test_rows_that_scale_to_no_whole_size_or_probability_say_why():
+    with pytest.raises(CannotScale, match=r"model\.d_k = 6 x 1/4 = 1\.5 is no size"):
+        row_config(sweep_base("tiny", assignments=["model.d_k=6"]), "B1")
+    with pytest.raises(CannotScale, match=r"8 heads cannot share 6"):  # A4: x4 heads of 2
+        row_config(
+            sweep_base("tiny", assignments=["model.h=2", "model.d_k=3", "model.d_v=3"]), "A4"
+        )
+    with pytest.raises(CannotScale, match=r"d_k 8 != d_v 16"):
+        row_config(sweep_base("tiny", assignments=["model.d_k=8", "model.d_v=16"]), "A1")
+    with pytest.raises(
+        CannotScale, match=r"model\.dropout = 0\.8 \+ 0\.2 = 1\.0 is no probability"
+    ):
+        row_config(sweep_base("tiny", assignments=["model.dropout=0.8"]), "big")
+    with pytest.raises(ConfigError, match="Table 3 has no row 'Z9'"):
+        row_config(sweep_base("tiny"), "Z9")
+
+
+def test_a_layer_count_rounds_to_one_layer_at_least_and_big_trains_three_times_the_minutes():
+    one_layer = sweep_base("tiny", steps=4, assignments=["model.n_layers=1"])
+    assert row_config(one_layer, "C1").model.n_layers == 1  # 2/6 of 1 layer
+    timed = sweep_base("tiny", minutes=10)
+    assert row_config(timed, "big").train.max_minutes == 30  # 300K steps against 100K
+    assert row_config(timed, "A1").train.max_minutes == 10
+
+
+def test_the_rows_carry_the_papers_dev_numbers():
+    """Table 3's dev perplexity and BLEU (newstest2013), as the paper prints them."""
+    paper = {
+        "base": (4.92, 25.8), "A1": (5.29, 24.9), "A2": (5.00, 25.5), "A3": (4.91, 25.8),
+        "A4": (5.01, 25.4), "B1": (5.16, 25.1), "B2": (5.01, 25.4), "C1": (6.11, 23.7),
+        "C2": (5.19, 25.3), "C3": (4.88, 25.5), "C4": (5.75, 24.5), "C5": (4.66, 26.0),
+        "C6": (5.12, 25.4), "C7": (4.75, 26.2), "D1": (5.77, 24.6), "D2": (4.95, 25.5),
+        "D3": (4.67, 25.3), "D4": (5.47, 25.7), "E1": (4.92, 25.7), "big": (4.33, 26.4),
+    }  # fmt: skip
+    assert {name: (table3.row(name).ppl, table3.row(name).bleu) for name in ROW_NAMES} == paper
+
+
+def test_the_params_table_says_which_rows_cannot_scale():
+    one_head = sweep_base("tiny", assignments=["model.h=1", "model.d_k=2", "model.d_v=2"])
+    lines = table3.params_table(one_head, vocab_size=100).splitlines()
+    b1 = next(line for line in lines if line.startswith("| B1 |"))
+    assert "cannot scale: model.d_k" in b1 and b1.endswith("| 58 |")  # the paper's count still
+
+
+def test_a_rows_runs_are_kept_in_seed_order_when_they_end_out_of_order(
+    data, tmp_path, monkeypatch, torch_threads
+):
+    def scripted_run(config, row, seed, data, run_dir, device):
+        time.sleep(0.3 if (row, seed) == ("D3", 2) else 0.0)  # D3's seed 3 ends before its 2
+        return RunResult(row, seed, dev_ppl=5.0, dev_score=30.0, parameters=1, updates=4,
+                         minutes=0.1)  # fmt: skip
+
+    monkeypatch.setattr(sweep_module, "_run", scripted_run)
+    monkeypatch.setattr(sweep_module, "_workers", lambda jobs: ThreadPoolExecutor(jobs))
+    results = sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=["base", "D3"],
+                    seeds=3, jobs=2)  # fmt: skip
+    assert [[run.seed for run in r.runs] for r in results] == [[1, 2, 3], [1, 2, 3]]
+
+
+def test_the_report_is_rewritten_after_every_run(data, tmp_path, monkeypatch):
+    """A sweep stopped after its first run already reports that run."""
+    tables = []
+
+    def scripted_run(config, row, seed, data, run_dir, device):
+        table = tmp_path / "table3.md"
+        tables.append(table.read_text() if table.exists() else "")
+        return RunResult(row, seed, dev_ppl=5.0, dev_score=30.0, parameters=1, updates=4,
+                         minutes=0.1)  # fmt: skip
+
+    monkeypatch.setattr(sweep_module, "_run", scripted_run)
+    sweep(data.path, tmp_path, sweep_base("tiny", steps=4), rows=["base", "D3"])
+    assert tables[0] == "" and "30.00" in tables[1].split("| base |")[1].split("\n")[0]
+
+
+def test_a_folder_that_is_not_prepared_data_fails_before_any_run(tmp_path):
+    with pytest.raises(ValueError, match="not a prepared dataset"):
+        sweep(tmp_path / "empty", tmp_path / "out", sweep_base("tiny", steps=4), rows=["base"])
+    assert not (tmp_path / "out").exists()  # no run trained, no report of failed runs
