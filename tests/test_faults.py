@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from transduce.presets import tiny
 from transduce.training import distributed
 from transduce.training.checkpoint import CheckpointStore, load
 from transduce.training.loop import Trainer, train
-from transduce.training.stopping import TrainingStopped
+from transduce.training.stopping import SIGNALS, StopRequests, TrainingStopped
 
 from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files
 
@@ -297,6 +298,31 @@ def _signal_after(monkeypatch, step: int, *signals: int) -> None:
         return result
 
     monkeypatch.setattr(Trainer, "_update", update_then_signal)
+
+
+def test_a_stop_request_is_logged_and_only_the_main_thread_listens(caplog):
+    """Python lets only the main thread set handlers: training in another thread (a notebook's
+    worker) still runs, and a signal there stops it at once. TrainingStopped is a
+    KeyboardInterrupt, so a sweep running the training stops too."""
+    stops, handlers = StopRequests(), [signal.getsignal(n) for n in SIGNALS]
+    failed = []
+
+    def listen_in_a_thread():
+        try:
+            with stops.listening():
+                assert [signal.getsignal(n) for n in SIGNALS] == handlers
+        except (ValueError, AssertionError) as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=listen_in_a_thread)
+    thread.start()
+    thread.join()
+    assert failed == []
+    with caplog.at_level("WARNING", logger="transduce.training.stopping"), stops.listening():
+        signal.raise_signal(signal.SIGTERM)
+    assert stops.signal_name == "SIGTERM" and [signal.getsignal(n) for n in SIGNALS] == handlers
+    assert "SIGTERM: finishing this update" in caplog.text and "again to stop now" in caplog.text
+    assert issubclass(TrainingStopped, KeyboardInterrupt)
 
 
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
