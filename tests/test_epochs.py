@@ -13,7 +13,7 @@ import torch
 from transduce.config import DataConfig
 from transduce.data.batching import TokenBatchSampler
 from transduce.data.corpus import LengthFilter
-from transduce.data.dataset import PreparedData, prepare
+from transduce.data.dataset import EncodedSplit, PreparedData, prepare
 from transduce.data.epochs import TrainingEpochs
 from transduce.training import loop as loop_module
 from transduce.training.checkpoint import CheckpointStore, load
@@ -92,6 +92,40 @@ def test_an_epoch_is_a_pure_function_of_seed_and_epoch(words_data):
     assert [_ids(jumped, i) for i in range(200)] == [_ids(walked.split(2), i) for i in range(200)]
     other = _epochs(words_data, 0.2, seed=1).split(2)
     assert [_ids(other, i) for i in range(200)] != [_ids(jumped, i) for i in range(200)]
+
+
+def test_each_process_takes_its_own_share_of_an_epochs_batches(words_data):
+    train, vocab, batching = words_data.split("train"), words_data.vocab, DataConfig(max_tokens=200)
+    whole = TrainingEpochs(train, vocab, batching, seed=0).sampler(1).batches(1)
+    usable = len(whole) // 2 * 2  # every process gets as many
+    for rank in (0, 1):
+        share = TrainingEpochs(train, vocab, batching, seed=0, rank=rank, world=2)
+        assert share.sampler(1).batches(1) == whole[rank:usable:2]
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_an_epochs_count_and_fingerprint_are_those_of_its_own_batches(words_data, dropout):
+    # wide buckets: the order within one, and so the count, changes from epoch to epoch
+    batching = DataConfig(max_tokens=60, bucket_width=8, bpe_dropout=dropout)
+    epochs = TrainingEpochs(words_data.split("train"), words_data.vocab, batching, seed=0)
+    fingerprints = set()
+    for epoch in (2, 0, 1):
+        assert epochs.sampler(epoch).bucket_width == 8
+        assert epochs.num_batches(epoch) == len(list(epochs.batches(epoch)))
+        fingerprints.add(epochs.fingerprint(epoch))
+    assert len(fingerprints) == 3  # each epoch's order is its own
+
+
+def test_the_two_sides_drop_merges_of_their_own_and_keep_their_line_numbers(words_data):
+    """A seed per side: a pair whose two sides are one text is cut two ways. Even a small
+    dropout resegments."""
+    train = words_data.split("train")
+    sources = [train.pair(i)[0] for i in range(len(train))]
+    twins = EncodedSplit.from_sequences(sources, sources, train.index[::-1].copy())
+    dropout = DataConfig(max_tokens=200, bpe_dropout=0.05)
+    split = TrainingEpochs(twins, words_data.vocab, dropout, seed=0).split(0)
+    assert np.array_equal(split.index, twins.index)
+    assert any(not np.array_equal(*split.pair(i)) for i in range(len(split)))
 
 
 # --- the training loop's wiring ------------------------------------------------------------

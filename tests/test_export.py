@@ -1,5 +1,6 @@
 """Exports reproduce our translations: Hugging Face `generate`, and CTranslate2."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from transduce.export import ExportError, export_ctranslate2, export_hf
 from transduce.presets import preset, tiny
 from transduce.training.loop import train
 
-from .conftest import LEARNER_MODEL, reverse_task_files
+from .conftest import LEARNER_MODEL, reverse_task_files, save_toy_model
 
 transformers = pytest.importorskip("transformers")
 LINES = ["a b c d", "h g", "e e f a b c", "d"]
@@ -88,8 +89,11 @@ def test_ctranslate2_reproduces_our_beam_search(run_dir, tmp_path):
         results = translator.translate_batch(pieces, beam_size=4, length_penalty=0.0)
         return ours.vocab.decode([ours.vocab.piece_ids(r.hypotheses[0]) for r in results])
 
+    loaders = dict(ctranslate2.converters.transformers._MODEL_LOADERS)
     float32 = export_ctranslate2(run_dir, tmp_path / "ct2")
+    assert loaders == ctranslate2.converters.transformers._MODEL_LOADERS  # ours for one conversion
     assert translated(float32) == expected
+    assert (float32 / "vocab.model").read_bytes() == ours.vocab.serialized  # the tokenizer
     int8 = export_ctranslate2(run_dir, tmp_path / "ct2-int8", quantize="int8")
     size = lambda folder: (folder / "model.bin").stat().st_size  # noqa: E731
     assert size(int8) < 0.75 * size(float32)  # the weights were quantized (0.62 here)
@@ -106,10 +110,38 @@ def test_a_model_without_an_equivalent_is_refused_with_the_reason():
     from transduce.export.hf import _exportable
     from transduce.models.saved import SavedModel
 
-    config = override(tiny(), {"model.positions": "learned", "model.d_k": 16})
-    saved = SavedModel(model=None, config=config, vocab=None, path=Path("x.pt"), step=None)
-    with pytest.raises(ExportError, match=r"learned positions.*d_k or d_v"):
-        _exportable(saved)
+    def refused(settings: dict, reason: str) -> None:
+        config = override(tiny(), settings)
+        saved = SavedModel(model=None, config=config, vocab=None, path=Path("x.pt"), step=None)
+        with pytest.raises(ExportError, match=reason):
+            _exportable(saved)
+
+    refused({"model.positions": "learned", "model.d_k": 16}, r"learned positions.*d_k or d_v")
+    refused({"model.positions": "learned"}, r"to PegasusForConditionalGeneration: learned")
+    refused({"model.tie_output": False}, "untied embeddings")
+    refused({"model.share_embeddings": False}, "untied embeddings")
+    refused({"model.d_v": 16}, "d_k or d_v")
+    refused({"model.pre_norm": False, "model.d_k": 16}, "to MarianMTModel")  # tiny is pre-norm
+
+
+def test_the_export_keeps_our_length_limit_and_every_weight(tmp_path, monkeypatch):
+    """Positions and generation run to our `max_positions`, ending with EOS there; a weight
+    that does not map onto the Hugging Face model is an error, not a random initialization."""
+    from transduce.export import hf
+
+    model = save_toy_model(tmp_path)
+    out = export_hf(model, tmp_path / "hf")
+    settings = json.loads((out / "config.json").read_text())
+    generation = json.loads((out / "generation_config.json").read_text())
+    limit = tiny().model.max_positions
+    assert settings["max_position_embeddings"] == limit and generation["max_length"] == limit
+    assert generation["forced_eos_token_id"] == generation["eos_token_id"] == 3
+    real = hf.hf_weights
+    monkeypatch.setattr(hf, "hf_weights", lambda *args: {
+        name: w for name, w in real(*args).items() if name != "model.encoder.layers.0.fc1.bias"
+    })  # fmt: skip
+    with pytest.raises(ExportError, match=r"missing \['model.encoder.layers.0.fc1.bias'\]"):
+        export_hf(model, tmp_path / "hf2")
 
 
 def test_a_recurrent_model_is_refused_with_the_reason():

@@ -6,11 +6,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import transduce.training.checkpoint as checkpoint_module
 from transduce.cli import main
@@ -20,9 +22,10 @@ from transduce.data.corpus import LengthFilter
 from transduce.data.dataset import prepare
 from transduce.models.transformer import Transformer
 from transduce.presets import tiny
+from transduce.training import distributed
 from transduce.training.checkpoint import CheckpointStore, load
 from transduce.training.loop import Trainer, train
-from transduce.training.stopping import TrainingStopped
+from transduce.training.stopping import SIGNALS, StopRequests, TrainingStopped
 
 from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files
 
@@ -150,6 +153,81 @@ def test_the_recurrent_family_trains_on_two_processes_as_on_one(toy_data, tmp_pa
     assert states[0]["schedule"] == states[1]["schedule"]  # the plateau's state, rank 0's
 
 
+def _with_a_second_process(monkeypatch, theirs: list[float], gathered: object = "theirs") -> list:
+    """torch.distributed's collectives as if rank 1 took part holding `theirs` (and `gathered`
+    for all_gather_object), in process: the torchrun tests above take minutes. Returns the names
+    of the calls made."""
+    calls = []
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM):
+        calls.append(f"all_reduce {op} {tensor.dtype}")
+        other = torch.tensor(theirs[: tensor.numel()], dtype=tensor.dtype)
+        combined = {dist.ReduceOp.SUM: torch.add, dist.ReduceOp.MAX: torch.maximum}[op]
+        tensor.copy_(combined(tensor, other))
+
+    def all_gather_object(values, value):
+        calls.append("all_gather_object")
+        values[:] = [value, gathered]
+
+    monkeypatch.setattr(dist, "get_backend", lambda: "gloo")
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier"))
+    return calls
+
+
+def test_processes_sum_in_float64_take_the_largest_value_and_gather_every_ones(monkeypatch):
+    calls = _with_a_second_process(monkeypatch, [2.0**24, 1.0])
+    pair = distributed.Processes(rank=0, world=2)
+    # float32 would lose the 1 beside 2^24 (token counts) and the 2^-30 (loss sums)
+    assert pair.sum([1.0, 2.0**-30]) == [2.0**24 + 1, 1.0 + 2.0**-30]
+    assert pair.max(3.0) == 2.0**24  # a stop asked for on either process stops both
+    assert pair.gather("mine") == ["mine", "theirs"]
+    pair.barrier()
+    assert calls == [
+        f"all_reduce {dist.ReduceOp.SUM} {torch.float64}",
+        f"all_reduce {dist.ReduceOp.MAX} {torch.float64}",
+        "all_gather_object",
+        "barrier",
+    ]
+    calls = _with_a_second_process(monkeypatch, [1.0])
+    assert pair.max(3.0) == 3.0
+    alone = distributed.Processes()
+    assert alone.sum([1.5]) == [1.5] and alone.max(2.0) == 2.0 and alone.gather(7) == [7]
+    alone.barrier()
+    assert len(calls) == 1  # one process calls no collective
+    assert pair.is_main and not distributed.Processes(rank=1, world=2).is_main
+
+
+def test_torchruns_environment_places_the_process_and_picks_the_backend(monkeypatch):
+    joined = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", joined.append)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert distributed.start("cpu") == distributed.Processes() and joined == []
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # the second machine's second process
+    assert distributed.start("cuda") == distributed.Processes(rank=3, world=4, local_rank=1)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.setenv("RANK", "0")
+    assert distributed.start("cpu") == distributed.Processes(rank=0, world=2, local_rank=0)
+    assert joined == ["nccl", "gloo"]  # NCCL between GPUs, gloo between CPU processes
+    # NCCL reduces only tensors on this process's GPU
+    monkeypatch.setattr(dist, "get_backend", lambda: "nccl")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert distributed._collective_device() == torch.device("cuda", 3)
+    monkeypatch.setattr(dist, "get_backend", lambda: "gloo")
+    assert distributed._collective_device() == torch.device("cpu")
+    left = []
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: left.append("left"))
+    distributed.stop()
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    distributed.stop()
+    assert left == ["left"]  # the group is left once a run ends, if there is one
+
+
 @pytest.mark.slow
 def test_kill_9_then_resume_ends_bitwise_where_an_uninterrupted_run_does(toy_data, tmp_path):
     settings = ["train.max_steps=30", "train.valid_every=5", "model.dropout=0.3"]
@@ -222,6 +300,31 @@ def _signal_after(monkeypatch, step: int, *signals: int) -> None:
         return result
 
     monkeypatch.setattr(Trainer, "_update", update_then_signal)
+
+
+def test_a_stop_request_is_logged_and_only_the_main_thread_listens(caplog):
+    """Python lets only the main thread set handlers: training in another thread (a notebook's
+    worker) still runs, and a signal there stops it at once. TrainingStopped is a
+    KeyboardInterrupt, so a sweep running the training stops too."""
+    stops, handlers = StopRequests(), [signal.getsignal(n) for n in SIGNALS]
+    failed = []
+
+    def listen_in_a_thread():
+        try:
+            with stops.listening():
+                assert [signal.getsignal(n) for n in SIGNALS] == handlers
+        except (ValueError, AssertionError) as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=listen_in_a_thread)
+    thread.start()
+    thread.join()
+    assert failed == []
+    with caplog.at_level("WARNING", logger="transduce.training.stopping"), stops.listening():
+        signal.raise_signal(signal.SIGTERM)
+    assert stops.signal_name == "SIGTERM" and [signal.getsignal(n) for n in SIGNALS] == handlers
+    assert "SIGTERM: finishing this update" in caplog.text and "again to stop now" in caplog.text
+    assert issubclass(TrainingStopped, KeyboardInterrupt)
 
 
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])

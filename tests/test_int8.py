@@ -1,6 +1,7 @@
 """int8 products for CPU decoding (models/int8.py): the quantization's arithmetic, which products
 take it, and beam search with it against float32."""
 
+import importlib
 import warnings
 
 import pytest
@@ -76,6 +77,18 @@ def test_input_rows_are_rounded_to_uint8_over_a_range_holding_zero():
     assert zero_point == round(1.0 / scale) and q.tolist() == [[0, zero_point, int8.ROW_MAX]]
     q, scale, zero_point = int8._quantized_rows(torch.zeros(2, 3))  # no range at all
     assert scale == 1.0 and zero_point == 0 and not q.any()
+    x = torch.tensor([[-3.0, -1.0, -0.5]])  # all negative: 0 widens the range too
+    q, scale, zero_point = int8._quantized_rows(x)
+    assert zero_point == int8.ROW_MAX and scale == pytest.approx(3.0 / int8.ROW_MAX)
+    assert ((q.float() - zero_point) * scale - x).abs().max() <= scale / 2 + 1e-7
+
+
+def test_input_rows_stay_within_row_max_where_two_roundings_to_even_add_up():
+    # scale 1 and -low 11.5: the zero point rounds up to 12, the top (ROW_MAX - 11.5) rounds
+    # down by only half, so q would be ROW_MAX + 1 unclamped (0 after uint8 wraps at 255)
+    q, scale, zero_point = int8._quantized_rows(torch.tensor([[-11.5, int8.ROW_MAX - 11.5]]))
+    assert (scale, zero_point) == (1.0, 12)
+    assert q.tolist() == [[0, int8.ROW_MAX]]
 
 
 def test_rows_keep_to_7_bits_where_the_cpu_sums_u8_x_s8_pairs_in_int16():
@@ -83,6 +96,29 @@ def test_rows_keep_to_7_bits_where_the_cpu_sums_u8_x_s8_pairs_in_int16():
     # below fails there with 255.
     expected = 255 if torch.cpu._is_vnni_supported() else 127
     assert expected == int8.ROW_MAX
+
+
+def test_the_cpus_instructions_choose_the_row_bits_and_thresholds(monkeypatch):
+    """Read once, on import: VNNI's 8-bit rows and large-weight exception, or the stricter
+    settings without it, or where this PyTorch cannot tell."""
+    try:
+        monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True, raising=False)
+        importlib.reload(int8)
+        assert (int8.ROW_MAX, int8.MIN_MULTIPLY_ADDS, int8.MIN_WEIGHT) == (255, 1 << 24, 1 << 20)
+        monkeypatch.delattr(torch.cpu, "_is_vnni_supported")
+        importlib.reload(int8)
+        assert (int8.ROW_MAX, int8.MIN_MULTIPLY_ADDS, int8.MIN_WEIGHT) == (127, 3 << 24, None)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(int8)
+
+
+def test_without_onednn_the_context_opens_nothing(every_product, monkeypatch):
+    monkeypatch.setattr(int8, "available", False)
+    x, weight = torch.randn(4, 16), torch.randn(8, 16)
+    with torch.no_grad(), int8_products():
+        assert not int8.active()
+        assert torch.equal(linear(x, weight), F.linear(x, weight))
 
 
 def test_an_int8_product_is_close_to_the_float_one(every_product):
@@ -125,6 +161,11 @@ def test_only_products_without_gradients_and_above_the_threshold_take_int8(monke
     with int8_products(store):
         assert linear(x, trained).grad_fn is not None  # training's products stay float32
         assert maybe_int8(x.double(), weight.double(), None) is None  # float32 only
+        assert maybe_int8(x, weight.double(), None) is None  # both float32
+        assert maybe_int8(x.to("meta"), weight.to("meta"), None) is None  # the CPU only
+        with monkeypatch.context() as compiling:  # torch.compile lowers the float product itself
+            compiling.setattr(torch.compiler, "is_compiling", lambda: True)
+            assert maybe_int8(x, weight, None) is None
     assert id(trained) not in store
 
 

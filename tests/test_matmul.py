@@ -125,13 +125,16 @@ def test_decoding_leaves_small_products_to_mkl_and_training_does_not(onednn_call
     assert onednn_calls == ["packed", "packed", "packed", "plain"]
 
 
-def test_only_float32_cpu_outside_autocast_takes_the_route(onednn_calls):
+def test_only_float32_cpu_outside_autocast_and_compile_takes_the_route(onednn_calls, monkeypatch):
     weight = torch.randn(6, 8, dtype=torch.float64)
     linear(torch.randn(4, 8, dtype=torch.float64), weight)  # the float64 tests' reference path
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = linear(torch.randn(4, 8), weight.float())
     assert y.dtype == torch.bfloat16  # autocast still applies: torch's own linear ran
     linear(torch.randn(0, 8), weight.float())  # no rows
+    with monkeypatch.context() as inside:  # torch.compile's CPU backend calls oneDNN itself
+        inside.setattr(torch.compiler, "is_compiling", lambda: True)
+        linear(torch.randn(4, 8), weight.float())
     assert onednn_calls == []
     matmul.use_onednn(False)
     linear(torch.randn(4, 8), weight.float())
@@ -153,6 +156,18 @@ def test_packed_weights_give_the_same_products_and_never_go_stale(onednn_calls):
     assert onednn_calls == ["plain", "packed", "packed"]
     torch.testing.assert_close(packed, plain, rtol=0, atol=0)
     torch.testing.assert_close(changed, plain + x.sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
+
+
+def test_a_weight_made_under_inference_mode_is_read_unpacked_and_never_stale(onednn_calls):
+    """An inference tensor has no version counter: a packed copy of it could not tell that it
+    was changed in place since."""
+    with torch.inference_mode(), matmul.packed_for_inference():
+        weight, x = torch.randn(6, 8), torch.randn(5, 8)
+        before = linear(x, weight)
+        weight.add_(1.0)
+        after = linear(x, weight)
+    assert onednn_calls == ["plain", "plain"]
+    torch.testing.assert_close(after, before + x.sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
 
 
 def test_the_stacked_self_attention_product_is_packed_under_inference_mode_too(onednn_calls):
@@ -285,6 +300,33 @@ def test_the_route_follows_the_cpu_unless_the_user_chooses(tmp_path):
     assert matmul._route("torch", intel_cpu=False, avx512=True) == Route(False, False)
     with pytest.raises(ValueError, match="TRANSDUCE_CPU_MATMUL must be"):
         matmul._route("mkl", intel_cpu=False, avx512=True)
+
+
+def test_the_vendor_comes_from_the_platform_where_there_is_no_proc_cpuinfo(tmp_path, monkeypatch):
+    monkeypatch.setattr(platform, "processor", lambda: "Intel64 Family 6 Model 143, GenuineIntel")
+    assert matmul._intel_cpu(tmp_path / "missing") is True
+    monkeypatch.setattr(platform, "processor", lambda: "AMD64 Family 25 Model 1, AuthenticAMD")
+    assert matmul._intel_cpu(tmp_path / "missing") is False
+
+
+def test_where_torch_cannot_tell_of_avx512_training_stays_with_mkl(monkeypatch):
+    monkeypatch.delattr(torch.cpu, "_is_avx512_supported", raising=False)
+    monkeypatch.setattr(matmul, "_intel_cpu", lambda: False)
+    monkeypatch.delenv("TRANSDUCE_CPU_MATMUL", raising=False)
+    assert matmul._chosen_route() == matmul.Route(training=False, decoding=True)
+
+
+def test_a_torch_without_the_operator_never_takes_the_route(onednn_calls, monkeypatch):
+    monkeypatch.setattr(matmul, "_available", False)
+    monkeypatch.setenv("TRANSDUCE_CPU_MATMUL", "onednn")
+    assert matmul._chosen_route() == matmul.Route(training=False, decoding=False)
+    matmul.use_onednn(True)
+    assert matmul._enabled == matmul.Route(training=False, decoding=False)
+    weight = torch.randn(6, 8, requires_grad=True)
+    linear(torch.randn(4, 8), weight).sum().backward()
+    with torch.no_grad():
+        linear(torch.randn(4, 8), weight)
+    assert onednn_calls == []
 
 
 def test_training_and_decoding_products_follow_their_own_route(onednn_calls):
