@@ -136,6 +136,8 @@ def test_the_export_keeps_our_length_limit_and_every_weight(tmp_path, monkeypatc
     limit = tiny().model.max_positions
     assert settings["max_position_embeddings"] == limit and generation["max_length"] == limit
     assert generation["forced_eos_token_id"] == generation["eos_token_id"] == 3
+    tokenizer = json.loads((out / "tokenizer_config.json").read_text())
+    assert tokenizer["model_max_length"] == limit  # the tokenizer cuts where the model must
     real = hf.hf_weights
     monkeypatch.setattr(hf, "hf_weights", lambda *args: {
         name: w for name, w in real(*args).items() if name != "model.encoder.layers.0.fc1.bias"

@@ -52,7 +52,7 @@ def export_hf(model: Path, out: Path, checkpoint: Path | None = None) -> Path:
         )
     hf_model.generation_config.max_length = config.max_positions
     hf_model.save_pretrained(out)
-    _write_tokenizer_files(vocab, Path(out))
+    _write_tokenizer_files(vocab, Path(out), config.max_positions)
     logger.info("exported %s to %s (Hugging Face %s)", saved.path, out, model_class)
     return Path(out)
 
@@ -171,8 +171,9 @@ def _exportable(saved: SavedModel) -> TransformerConfig:
     return config
 
 
-def _write_tokenizer_files(vocab: Vocab, out: Path) -> None:
-    """MarianTokenizer's files: the one joint model twice, and its pieces by id."""
+def _write_tokenizer_files(vocab: Vocab, out: Path, max_length: int) -> None:
+    """MarianTokenizer's files: the one joint model twice, its pieces by id, and the model's
+    length limit (the tokenizer cuts a longer input there, not below what the model takes)."""
     (out / "source.spm").write_bytes(vocab.serialized)
     (out / "target.spm").write_bytes(vocab.serialized)
     pieces = {vocab.pieces([i])[0]: i for i in range(vocab.size)}
@@ -181,7 +182,7 @@ def _write_tokenizer_files(vocab: Vocab, out: Path) -> None:
         "source_lang": None,
         "target_lang": None,
         "separate_vocabs": False,
-        "model_max_length": 512,
+        "model_max_length": max_length,
         "tokenizer_class": "MarianTokenizer",
     }
     (out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2))
