@@ -14,6 +14,7 @@ from transduce.data.dataset import PreparedData, prepare
 from transduce.presets import tiny
 from transduce.tasks import get_task
 from transduce.tasks.metrics import Score
+from transduce.tasks.translation import scoring
 from transduce.training.checkpoint import load
 from transduce.training.loop import Trainer, resolve_config
 from transduce.training.runlog import read_log
@@ -77,6 +78,16 @@ def test_translation_is_scored_as_its_task_says():
         "BLEU",
         "chrF",
     ]
+
+
+def test_tokenized_text_is_scored_lowercased_on_its_tokens_and_references_are_the_splits_own(
+    tokenized_data,
+):
+    """`scoring` picks the task of each kind of corpus; the references are the split asked for."""
+    assert scoring(True) == TaskConfig(tokenize="none", lowercase=True)
+    assert scoring(False) == TaskConfig(tokenize="13a", lowercase=False)  # sacreBLEU's defaults
+    references = get_task(scoring(True)).references(tokenized_data, "test")
+    assert references == tokenized_data.text("test").tgt != tokenized_data.text("dev").tgt
 
 
 class ErrorCount:

@@ -192,11 +192,16 @@ def test_each_stack_is_drawn_at_its_own_layer_where_the_decoder_is_shallower(tmp
     only) layer, a layer asked for is each stack's own or its last, and only a layer past the
     deepest stack is refused."""
     model = tiny_model(n_layers=3, n_decoder_layers=1, vocab_size=60)
+    titles = {
+        "encoder": "encoder self-attention",
+        "decoder": "decoder self-attention",
+        "cross": "encoder-decoder attention",
+    }
     attention = sentence_attention(toy_translator(tmp_path, model=model), SENTENCE)
     drawn = {}
 
     def heatmap(mean, queries, keys, path, title, names):
-        drawn[path.stem] = (mean, title)
+        drawn[path.stem] = (mean, title, (queries, keys))
         return path
 
     monkeypatch.setattr(views, "heatmap_figure", heatmap)
@@ -207,9 +212,10 @@ def test_each_stack_is_drawn_at_its_own_layer_where_the_decoder_is_shallower(tmp
         views.draw_attention(attention, tmp_path, layer=asked)
         at = {"encoder": encoder_layer, "decoder": 0, "cross": 0}
         for kind, layer in at.items():
-            mean, title = drawn[f"{kind}_heatmap"]
-            assert title.startswith(f"{views.TITLES[kind]}, layer {layer},")
+            mean, title, labels = drawn[f"{kind}_heatmap"]
+            assert title.startswith(f"{titles[kind]}, layer {layer},")
             assert torch.equal(mean, attention.layers[kind][layer].mean(dim=0))
+            assert labels == attention.labels[kind]  # (queries, keys): rows, then columns
         assert (drawn["lines"], drawn["page"]) == (encoder_layer, page_layer)
     with pytest.raises(ValueError, match="layers 0 to 2"):
         views.draw_attention(attention, tmp_path, layer=3)
