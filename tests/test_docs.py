@@ -1,5 +1,6 @@
 """The guided tour (docs/tour.md and its Japanese translation) cannot go stale: its python blocks
-run in order, its explain output is what `explain` prints now, and its figures exist."""
+run in order, its explain output is what `explain` prints now, and its figures exist; README's
+table of the server's limits gives their defaults."""
 
 import re
 import sys
@@ -63,3 +64,20 @@ def test_the_tours_figures_and_links_exist(tour):
 def test_both_tours_run_the_same_code():
     english, japanese = (python_blocks(t.read_text(encoding="utf-8")) for t in TOURS)
     assert len(english) == len(japanese)
+
+
+def test_the_readmes_serving_defaults_are_the_servers_own():
+    """README's table of the server's limits gives each setting's default; the server listens on
+    loopback alone unless told otherwise."""
+    from dataclasses import fields
+
+    from transduce.serve.settings import ServeSettings
+
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("**Limits and bad input.**") : readme.index("**The page.**")]
+    defaults = ServeSettings()
+    stated = {name: float(value) for name, value in re.findall(r"`(\w+)` \((\d+)", section)}
+    assert set(stated) == {f.name for f in fields(defaults)} - {"host", "port"}
+    assert stated == {name: getattr(defaults, name) for name in stated}
+    assert (defaults.host, defaults.port) == ("127.0.0.1", 8000)
+    assert "[--host 127.0.0.1] [--port 8000]" in readme

@@ -227,6 +227,37 @@ def test_each_stack_is_drawn_at_its_own_layer_where_the_decoder_is_shallower(tmp
     assert torch.equal(drawn["p"][0][0], own.layers["cross"][0].mean(dim=0))
 
 
+def test_lines_go_from_each_query_above_to_its_keys_below_one_colour_a_head(monkeypatch):
+    """Figures 3-5: a line from word q in the upper row to word k in the lower one for each
+    weight above 0.05, 4 x the weight wide; each head's own colour and panel. The heatmap's
+    brightest colour is its largest weight."""
+    from transduce.viz import figures
+
+    weights = torch.zeros(2, 3, 3)
+    weights[0, 0, 2], weights[0, 2, 0], weights[0, 1, 1] = 0.9, 0.3, 0.04  # the last too faint
+    weights[1, 1, 0] = 0.5
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda figure, path: drawn.append(figure) or path)
+    figures.lines_figure(weights, ["a", "b", "c"], 0, Path("lines.png"))
+    colours = [figures.head_colour(0), figures.head_colour(1)]
+    assert colours[0] != colours[1]
+
+    def lines(ax):
+        return [
+            (tuple(line.get_xdata()), tuple(line.get_ydata()), line.get_color(), line.get_lw())
+            for line in ax.lines
+        ]
+
+    width = [4 * float(torch.tensor(w)) for w in (0.9, 0.3, 0.5)]  # 4 x the float32 weight
+    head_0 = [((0, 2), (1, 0), colours[0], width[0]), ((2, 0), (1, 0), colours[0], width[1])]
+    head_1 = [((1, 0), (1, 0), colours[1], width[2])]
+    all_heads, *each_head = drawn[0].axes
+    assert lines(all_heads) == head_0 + head_1
+    assert [lines(ax) for ax in each_head] == [head_0, head_1]
+    figures.heatmap_figure(weights[0], ["a"] * 3, ["a"] * 3, Path("h.png"), "t", "q / k")
+    assert drawn[1].axes[0].images[0].get_clim() == pytest.approx((0.0, 0.9))
+
+
 def test_a_family_with_only_cross_attention_gets_only_that_view(tmp_path):
     translator = _translator("scripted", tmp_path)
     written = attention_views(translator, SENTENCE, tmp_path / "out")
