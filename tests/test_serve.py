@@ -27,6 +27,18 @@ from transduce.viz.page import page_data  # noqa: E402
 
 from .serving import DECODE, Gate, metric, sentences, toy_engine  # noqa: E402
 
+
+@pytest.mark.parametrize(
+    "change", [{"max_beam": 0}, {"request_timeout_s": -1.0}, {"port": 65536}, {"port": -1}]
+)
+def test_a_limit_that_is_not_positive_or_a_port_out_of_range_is_refused_naming_it(change):
+    from transduce.config import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"serve\.{next(iter(change))} must be"):
+        ServeSettings(**change)
+    assert ServeSettings(port=0).port == 0 and ServeSettings(port=65535).port == 65535
+
+
 LOOPBACK = ServeSettings(port=0)
 
 

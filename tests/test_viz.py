@@ -254,8 +254,17 @@ def test_lines_go_from_each_query_above_to_its_keys_below_one_colour_a_head(monk
     all_heads, *each_head = drawn[0].axes
     assert lines(all_heads) == head_0 + head_1
     assert [lines(ax) for ax in each_head] == [head_0, head_1]
-    figures.heatmap_figure(weights[0], ["a"] * 3, ["a"] * 3, Path("h.png"), "t", "q / k")
-    assert drawn[1].axes[0].images[0].get_clim() == pytest.approx((0.0, 0.9))
+    queries, keys = ["q0", "q1", "q2"], ["k0", "k1", "k2"]
+    figures.heatmap_figure(weights[0], queries, keys, Path("h.png"), "t", "query / key")
+    heatmap = drawn[1].axes[0]
+    assert heatmap.images[0].get_clim() == pytest.approx((0.0, 0.9))
+    assert [t.get_text() for t in heatmap.get_xticklabels()] == keys  # columns: the keys
+    assert [t.get_text() for t in heatmap.get_yticklabels()] == queries
+    assert (heatmap.get_ylabel(), heatmap.get_xlabel()) == ("query", "key")
+    figures.grid_figure([weights, weights.flip(0)], queries, keys, Path("g.png"), "t")
+    cells = [torch.tensor(ax.images[0].get_array()) for ax in drawn[2].axes]
+    expected = [weights[0], weights[1], weights[1], weights[0]]  # layer by layer, head by head
+    assert all(torch.equal(c, e) for c, e in zip(cells, expected, strict=True))
 
 
 def test_a_family_with_only_cross_attention_gets_only_that_view(tmp_path):
