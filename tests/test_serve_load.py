@@ -5,6 +5,8 @@ worker decoded them in batches."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
@@ -16,7 +18,7 @@ from transduce.serve.settings import ServeSettings  # noqa: E402
 from transduce.serve.worker import DecoderProcess  # noqa: E402
 
 from .conftest import save_toy_model  # noqa: E402
-from .serving import DECODE, metric, sentences  # noqa: E402
+from .serving import DECODE, metric, sentences, toy_engine  # noqa: E402
 
 CLIENTS, REQUESTS = 200, 600
 
@@ -41,3 +43,41 @@ def test_200_clients_get_every_answer_and_the_offline_translations(tmp_path):
     batches = metric(text, "transduce_batch_sentences_count")
     assert metric(text, "transduce_batch_sentences_sum") == REQUESTS
     assert batches < REQUESTS / 5  # decoded together, several requests a batch on average
+
+
+def test_throughput_is_answers_of_200_a_second_and_latency_the_nearest_rank():
+    from collections import Counter
+
+    from transduce.serve.load import LoadResult
+
+    statuses = Counter({200: 6, 429: 2, "lost: TimeoutError": 1})  # refusals are no throughput
+    result = LoadResult(statuses, [], [0.4, 0.1, 0.3, 0.2] * 2, seconds=2.0)
+    assert result.throughput == 3.0
+    assert (result.latency(0.5), result.latency(0.99)) == (0.2, 0.4)
+
+
+def test_each_request_is_sent_once_to_the_path_and_answered_in_its_own_place(tmp_path):
+    engine = toy_engine(tmp_path)
+    lines = sentences(5, seed=11)
+    bodies = [{"text": line} for line in lines]
+    bodies.insert(2, {"text": ""})  # refused with 422
+    with Background(engine, ServeSettings(port=0)) as url:
+        result = run_load(url, "/v1/translate", bodies, clients=2, timeout=60)
+    assert dict(result.statuses) == {200: 5, 422: 1} and len(result.latencies) == 6
+    assert result.answers[2] is None  # refused: no answer kept
+    got = [answer["translations"][0]["text"] for answer in result.answers if answer]
+    assert got == [hyps[0][0] for hyps in engine.translator.translate(lines, DECODE)]
+
+
+def test_requests_not_answered_are_counted_lost_by_kind_and_the_clients_go_on():
+    """A server that never answers (a socket that listens, nobody reading) times each request
+    out, and nobody listening refuses each: the load still sends every one and returns."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        timed_out = run_load(url, "/v1/translate", [{"text": "the dog"}] * 3, 2, timeout=0.3)
+    assert dict(timed_out.statuses) == {"lost: TimeoutError": 3}
+    refused = run_load(url, "/v1/translate", [{"text": "the dog"}] * 5, 2, timeout=5)
+    assert dict(refused.statuses) == {"lost: ClientConnectorError": 5}
+    assert refused.answers == [None] * 5 and refused.latencies == []

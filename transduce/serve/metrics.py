@@ -29,7 +29,7 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ranked = sorted(values)
-    rank = math.ceil(q * len(ranked) - 1e-9)  # the tolerance: 0.95 * 100 is 95.00000000000001
+    rank = math.ceil(q * len(ranked) - 1e-9)  # the tolerance: 0.55 * 100 is 55.00000000000001
     return ranked[min(max(rank, 1), len(ranked)) - 1]
 
 

@@ -69,6 +69,7 @@ class Background:
         deadline = time.monotonic() + 30
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.__exit__()  # the with statement calls it only once __enter__ has returned
                 raise RuntimeError("the server did not start")
             time.sleep(0.01)
         return self.url

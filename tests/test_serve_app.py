@@ -1,0 +1,122 @@
+"""The app's wiring and its running (serve/app.py, serve/server.py): the page and the schema name
+the model and the settings, `serve` hands its settings to uvicorn and closes a decoding process
+however it ends, and `Background` keeps idle connections open, reports a failed start at once and
+leaves no thread behind."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+
+import transduce  # noqa: E402
+from transduce.serve import server as server_module  # noqa: E402
+from transduce.serve.batcher import Batcher  # noqa: E402
+from transduce.serve.server import Background, serve  # noqa: E402
+from transduce.serve.settings import ServeSettings  # noqa: E402
+from transduce.serve.worker import DecoderProcess  # noqa: E402
+
+from .serving import DECODE, toy_engine  # noqa: E402
+
+LOOPBACK = ServeSettings(port=0)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return toy_engine(tmp_path_factory.mktemp("serve-app"))
+
+
+def test_the_page_names_the_model_and_offers_the_settings_beams(engine):
+    with Background(engine, replace(LOOPBACK, max_beam=6)) as url:
+        page = httpx.get(url + "/").text
+        info = httpx.get(url + "/openapi.json").json()["info"]
+    assert "<title>transduce: toy.pt</title>" in page
+    config = re.search(r'<script id="config" type="application/json">(.*?)</script>', page)
+    # the model's own beam chosen, and beams up to the server's max_beam offered
+    assert json.loads(config[1]) == {"beam": DECODE.beam_size, "maxBeam": 6}
+    assert info["version"] == transduce.__version__
+
+
+class _Decoder(DecoderProcess):
+    """A decoding process that is never started: its facts are the toy's, its closes counted."""
+
+    def __init__(self, facts) -> None:
+        self.facts, self.closes = facts, 0
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+def test_serve_hands_uvicorn_its_settings_and_closes_the_decoder_however_it_ends(
+    engine, monkeypatch
+):
+    ran = []
+
+    def interrupted(app, **options):
+        ran.append(options)
+        raise KeyboardInterrupt  # Ctrl-C: uvicorn's way out
+
+    monkeypatch.setattr(server_module.uvicorn, "run", interrupted)
+    decoder = _Decoder(engine.facts)
+    with pytest.raises(KeyboardInterrupt):
+        serve(decoder, ServeSettings(host="127.0.0.2", port=8123), quiet=True)
+    assert decoder.closes == 1  # no decoding process outlives the server
+    assert ran[0]["host"] == "127.0.0.2" and ran[0]["port"] == 8123
+    assert (ran[0]["log_level"], ran[0]["access_log"]) == ("warning", False)  # quiet: no lines
+    monkeypatch.setattr(server_module.uvicorn, "run", lambda app, **options: ran.append(options))
+    serve(decoder, ServeSettings())
+    assert decoder.closes == 2
+    assert (ran[1]["log_level"], ran[1]["access_log"]) == ("info", True)  # a line per request
+
+
+def test_an_idle_connection_is_still_open_for_the_next_request_a_second_later(engine):
+    """Keep-alive: a client that reuses its connection after a pause meets no closed socket."""
+    with Background(engine, LOOPBACK) as url:
+        host, port = url.removeprefix("http://").split(":")
+        ask = f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+        with socket.create_connection((host, int(port)), timeout=10) as connection:
+            connection.sendall(ask)
+            assert connection.recv(65536).startswith(b"HTTP/1.1 200")
+            time.sleep(1)
+            connection.sendall(ask)
+            assert connection.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+# uvicorn ends its thread with SystemExit(3) when the app's startup fails
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_server_that_fails_to_start_says_so_at_once_and_frees_its_port(engine, monkeypatch):
+    def broken(self) -> None:
+        raise RuntimeError("no worker")
+
+    monkeypatch.setattr(Batcher, "start", broken)  # the app's startup (its lifespan) fails
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    asked = time.monotonic()
+    with (
+        pytest.raises(RuntimeError, match="the server did not start"),
+        Background(engine, replace(LOOPBACK, port=port)),
+    ):
+        pass
+    assert time.monotonic() - asked < 10  # not after the 30 s a slow start is given
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))  # the failed server's socket is closed, not leaked
+
+
+def test_leaving_the_block_stops_the_server_and_its_worker(engine):
+    before = set(threading.enumerate())
+    asked = time.monotonic()
+    with Background(engine, LOOPBACK) as url:
+        assert httpx.get(url + "/health").status_code == 200
+    assert time.monotonic() - asked < 10
+    assert set(threading.enumerate()) <= before  # neither uvicorn's thread nor the worker left
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/health")
