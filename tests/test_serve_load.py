@@ -6,6 +6,9 @@ worker decoded them in batches."""
 from __future__ import annotations
 
 import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -81,3 +84,41 @@ def test_requests_not_answered_are_counted_lost_by_kind_and_the_clients_go_on():
     refused = run_load(url, "/v1/translate", [{"text": "the dog"}] * 5, 2, timeout=5)
     assert dict(refused.statuses) == {"lost: ClientConnectorError": 5}
     assert refused.answers == [None] * 5 and refused.latencies == []
+
+
+def test_the_clients_keep_that_many_requests_in_flight_and_each_latency_is_its_own():
+    """4 clients against a server that holds each request 0.3 s: 4 in flight at once, 8 answered
+    in two rounds, and a request's latency runs from its own sending (from the load's start the
+    second round's would be 0.6 s)."""
+    lock, in_flight, most = threading.Lock(), [0], [0]
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                in_flight[0] += 1
+                most[0] = max(most[0], in_flight[0])
+            time.sleep(0.3)
+            with lock:
+                in_flight[0] -= 1
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # keep the test's output clean
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        result = run_load(url, "/v1/translate", [{"text": "the dog"}] * 8, clients=4, timeout=20)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert dict(result.statuses) == {200: 8} and most[0] == 4
+    assert max(result.latencies) < 0.5
+    assert result.seconds < 1.2  # two rounds, not eight
