@@ -84,6 +84,16 @@ def test_evaluation_and_decoding_run_the_layers_as_written(compiled_calls):
     torch.testing.assert_close(eval_logits, written(batch.src, batch.tgt_in))
 
 
+def test_a_layer_in_evaluation_mode_runs_as_written_even_with_gradients_on(compiled_calls):
+    """Training mode and a gradient both: a gradient taken through a model in eval mode (a
+    saliency map, say) runs the layers as written, whose many shapes would each compile."""
+    model = tiny_model(dtype=torch.float32).eval()
+    compile_layers(model)
+    batch = _batches()[0]
+    model(batch.src, batch.tgt_in).sum().backward()
+    assert compiled_calls == []
+
+
 def test_the_fused_sums_equal_the_written_ones():
     torch.manual_seed(0)
     logits = torch.randn(3, 5, 40).bfloat16()

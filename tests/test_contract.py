@@ -8,7 +8,7 @@ directions, both decoder initialisations and both cells, and the scripted fake o
 import pytest
 import torch
 
-from transduce.models.contract import Seq2Seq
+from transduce.models.contract import Cache, Seq2Seq
 
 from .conftest import BOS, EOS, PAD, tiny_model, tiny_rnn
 from .fakes import ScriptedSeq2Seq
@@ -64,6 +64,22 @@ def _alone(src_row: torch.Tensor) -> torch.Tensor:
 
 def test_every_family_implements_the_contract(model):
     assert isinstance(model, Seq2Seq)
+    assert isinstance(model.init_cache(model.encode(_sources())), Cache)
+
+
+SEQ2SEQ = ("pad", "max_positions", "forward", "encode", "init_cache", "step", "attention_maps")
+
+
+def _stand_in(members: tuple[str, ...]) -> object:
+    return type("StandIn", (), {name: lambda self, *args: None for name in members})()
+
+
+def test_a_model_or_cache_missing_any_part_of_the_contract_does_not_implement_it():
+    """The isinstance check is how a new family learns what it lacks: every member counts."""
+    assert isinstance(_stand_in(SEQ2SEQ), Seq2Seq)
+    for missing in SEQ2SEQ:
+        assert not isinstance(_stand_in(tuple(set(SEQ2SEQ) - {missing})), Seq2Seq), missing
+    assert isinstance(_stand_in(("reorder",)), Cache) and not isinstance(_stand_in(()), Cache)
 
 
 def test_cached_decoding_equals_the_full_forward_pass(model):

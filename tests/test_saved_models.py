@@ -15,7 +15,7 @@ from transduce.presets import tiny
 from transduce.training.checkpoint import CheckpointError, load, save
 from transduce.training.loop import train
 
-from .conftest import PLUMBING_MODEL, prepared_reverse_task, write_lines
+from .conftest import PLUMBING_MODEL, prepared_reverse_task, save_toy_model, write_lines
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LEGACY_RUN = FIXTURES / "legacy_run"
@@ -105,3 +105,45 @@ def test_a_file_that_is_no_model_is_named_in_the_error(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match=r"junk\.pt"):
         Translator.load(tmp_path / "junk.pt")
+
+
+def test_a_run_folder_gives_its_average_or_the_checkpoint_asked_for_in_evaluation_mode(trained_run):
+    """The translator logs `path` and `step` as what it loaded; the library's callers get a
+    model ready to decode (dropout off) without calling eval() themselves."""
+    average = load_model(trained_run)
+    assert average.path == trained_run / "average.pt" and average.step == 6
+    chosen = trained_run / "checkpoints" / "step_00000003.pt"
+    earlier = load_model(trained_run, chosen)
+    assert earlier.path == chosen and earlier.step == 3
+    assert not average.model.training and not earlier.model.training
+
+
+@pytest.mark.parametrize("missing", ["config", "model"])
+def test_a_checkpoint_without_its_config_or_its_weights_holds_no_model(tmp_path, missing):
+    state = load(save_toy_model(tmp_path))
+    del state[missing]
+    save(state, tmp_path / "part.pt")
+    with pytest.raises(CheckpointError, match=r"part\.pt: holds no model"):
+        load_model(tmp_path / "part.pt")
+
+
+def test_weights_that_do_not_fit_the_config_are_refused_not_left_at_random(tmp_path):
+    state = load(save_toy_model(tmp_path))
+    dropped = next(name for name in state["model"] if name.endswith("weight"))
+    del state["model"][dropped]
+    save(state, tmp_path / "short.pt")
+    with pytest.raises(RuntimeError, match=dropped.replace(".", r"\.")):
+        load_model(tmp_path / "short.pt")
+
+
+def test_a_version_0_1_checkpoint_finds_the_vocabulary_of_the_folder_it_is_named_with(tmp_path):
+    """Its averaged model named alone (vocab.model beside it), and a checkpoint copied out of the
+    run folder but loaded with that folder."""
+    vocabulary = (LEGACY_RUN / "vocab.model").read_bytes()
+    assert load_model(LEGACY_RUN / "average.pt").vocab.serialized == vocabulary
+    lonely = tmp_path / "step.pt"
+    shutil.copyfile(LEGACY_RUN / "checkpoints" / "step_00000240.pt", lonely)
+    saved = load_model(LEGACY_RUN, lonely)
+    assert saved.path == lonely and saved.step == 240 and saved.vocab.serialized == vocabulary
+    with pytest.raises(CheckpointError, match=r"step\.pt: carries no vocabulary"):
+        load_model(tmp_path, lonely)  # a folder without one: the error names the file

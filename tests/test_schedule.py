@@ -80,7 +80,7 @@ def test_the_demo_preset_is_tiny_with_its_peak_at_200_no_dropout_alpha_1_4_and_n
     assert config.train.average_last == 1 and final == [720]
 
 
-@pytest.mark.parametrize("minutes, name", [(3, "demo"), (20, "demo"), (60, "tiny")])
+@pytest.mark.parametrize("minutes, name", [(3, "demo"), (20, "demo"), (21, "tiny"), (60, "tiny")])
 def test_the_demo_trains_the_demo_preset_up_to_20_minutes(monkeypatch, tmp_path, minutes, name):
     """`transduce demo` hands the trainer the demo preset with its minutes, `tiny` for longer
     runs (no data is read: the run stops at the trainer)."""
