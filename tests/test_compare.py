@@ -166,3 +166,63 @@ def test_a_finished_runs_numbers_come_from_its_log_and_its_saved_test_score(
     assert result.tokens_per_second == 300.0  # the median window, not the mean 400
     assert [(pytest.approx(m), bleu) for m, bleu in result.curve] == [(0.6, 1.5), (1.6, 4.0)]
     assert result.metric == "bleu" and result.parameters > 0
+
+
+def test_each_model_of_the_pair_runs_seeds_1_to_n_with_its_own_assignments_only(
+    data, tmp_path, monkeypatch
+):
+    runs = []
+
+    def scripted_run(config, name, seed, data, run_dir, device):
+        runs.append((name, config.train.seed, config.train.label_smoothing, run_dir.name))
+        return _result(name, seed, 30.0, 10, "average.pt", "sig")
+
+    monkeypatch.setattr(compare_module, "_run", scripted_run)
+    overrides = {"rnn-tiny": ["train.label_smoothing=0.0"]}
+    compare(data.path, tmp_path, minutes=0.5, seeds=2, overrides=overrides)
+    assert runs == [
+        ("tiny", 1, 0.1, "tiny-seed1"), ("tiny", 2, 0.1, "tiny-seed2"),
+        ("rnn-tiny", 1, 0.0, "rnn-tiny-seed1"), ("rnn-tiny", 2, 0.0, "rnn-tiny-seed2"),
+    ]  # fmt: skip
+    runs.clear()
+    compare(data.path, tmp_path, minutes=0.5, size="small")
+    assert [name for name, *_ in runs] == ["small", "rnn-small"]
+
+
+class Scripted:
+    """A translator whose best output for each source line is scripted."""
+
+    def __init__(self, outputs: dict[str, str]):
+        self.outputs = outputs
+
+    def translate(self, lines, decode=None):
+        return [[(self.outputs[line], -1.0), ("not the best", -2.0)] for line in lines]
+
+
+def test_the_split_asked_for_is_written_scored_and_named(data, tmp_path):
+    text = data.text("dev")
+    perfect = Scripted(dict(zip(text.src, text.tgt, strict=True)))
+    score = compare_module.translate_and_score(perfect, data, "dev", tmp_path)
+    assert score["split"] == "dev" and score["score"] == pytest.approx(100.0)
+    assert "tok:13a" in score["signature"]
+    assert (tmp_path / "dev.hyp").read_text().splitlines() == text.tgt  # the best of each n-best
+
+
+def test_the_test_set_is_scored_once_with_the_tasks_search_and_the_score_kept(
+    data, tmp_path, monkeypatch
+):
+    chosen = (tmp_path / "step-000009.pt", {"average.pt": 2.0, "step-000009.pt": 1.0})
+    monkeypatch.setattr(compare_module, "dev_chosen_checkpoint", lambda *args: chosen)
+    monkeypatch.setattr(compare_module.Translator, "load", lambda run_dir, path, device: path.name)
+    calls = []
+
+    def scored(translator, data, split, out, search):
+        calls.append((translator, split, search))
+        return {"split": split, "score": 1.0, "signature": "sig"}
+
+    monkeypatch.setattr(compare_module, "translate_and_score", scored)
+    first = compare_module._test_score(tmp_path, data, None)
+    assert compare_module._test_score(tmp_path, data, None) == first  # read back, not redone
+    assert calls == [("step-000009.pt", "test", DecodeConfig())]  # the task's s6.1 search
+    assert first == {"split": "test", "score": 1.0, "signature": "sig",
+                     "checkpoint": "step-000009.pt", "dev_nll": chosen[1]}  # fmt: skip
