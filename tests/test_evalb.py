@@ -179,9 +179,10 @@ def test_complete_match_and_crossings_are_rates_over_the_valid_sentences():
     assert round(totals.complete_match, 2) == 16.67  # 1 of 6
     assert round(totals.average_crossing, 2) == 1.17  # 7 crossings / 6
     assert (totals.no_crossing, totals.two_or_less_crossing) == (3, 5)
-    assert "No crossing               =  50.00\n2 or less crossing        =  83.33\n" in (
+    assert "Average crossing          =   1.17\nNo crossing               =  50.00\n" in (
         format_summary(result)
     )
+    assert "2 or less crossing        =  83.33\n" in format_summary(result)
 
 
 def test_with_gold_tags_a_failed_parse_is_still_a_skip_sentence():

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from transduce.tasks.metrics import bleu, chrf
@@ -81,3 +83,29 @@ def test_chrf_is_sacrebleus_chrf_weighing_recall_over_precision():
     long = chrf(["a dog runs on the grass"], ["a dog"])
     assert short.score < 0.5 * long.score
     assert "nc:6|nw:0" in short.signature and short.name == "chrF"
+
+
+def test_fewer_hypotheses_than_references_are_refused_too():
+    with pytest.raises(ValueError, match="1 hypotheses but 2 references"):
+        bleu(["a"], ["a", "b"])
+    with pytest.raises(ValueError, match="1 hypotheses but 2 references"):
+        chrf(["a"], ["a", "b"])
+
+
+def test_a_hypothesis_shorter_than_its_reference_pays_the_brevity_penalty():
+    # "a b c d" against "a b c d e f": every n-gram matches, BP = exp(1 - 6/4). The other way
+    # round, no penalty but precisions 4/6, 3/5, 2/4 and 1/3: the two sides are not symmetric.
+    short = bleu(["a b c d"], ["a b c d e f"])
+    assert short.score == pytest.approx(100 * math.exp(1 - 6 / 4), abs=1e-6)
+    long = bleu(["a b c d e f"], ["a b c d"])
+    assert long.score == pytest.approx(100 * (4 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25, abs=1e-6)
+    # chrF weighs recall: the hypothesis that says less scores lower
+    assert chrf(["a b c d"], ["a b c d e f"]).score < chrf(["a b c d e f"], ["a b c d"]).score
+
+
+def test_a_score_prints_sacrebleus_line_then_its_signature():
+    """What `transduce evaluate` prints for each metric."""
+    refs = ["a man rides a horse ."]
+    for score, head in ((bleu(refs, refs), "BLEU = 100.00 "), (chrf(refs, refs), "chrF2 = 100.00")):
+        assert score.detail.startswith(head)
+        assert str(score) == f"{score.detail}\n  signature: {score.signature}"

@@ -7,12 +7,13 @@ import random
 import pytest
 
 from transduce.cli import main
-from transduce.config import TaskConfig, override
+from transduce.config import DecodeConfig, TaskConfig, override
 from transduce.data.ptb import prepare_treebank
 from transduce.data.trees import parse_tree
 from transduce.decoding.translate import Translator
 from transduce.presets import preset
 from transduce.tasks import get_task
+from transduce.tasks.parsing import carries_placeholders
 from transduce.training.checkpoint import load
 from transduce.training.runlog import read_log
 
@@ -190,3 +191,65 @@ def test_constrained_search_refuses_a_model_that_writes_tags(treebank, tmp_path)
     sentences = write_lines(tmp_path / "in.txt", ["the dog sat"])
     with pytest.raises(SystemExit, match="XX for every tag"):
         main(["parse", "--model", str(run), "--input", str(sentences), "--constrained"])
+
+
+def test_the_paper_s_parsing_search_beam_21_alpha_0_3_and_input_length_plus_300():
+    task = get_task(TaskConfig(name="parse"))
+    assert task.decode_defaults() == DecodeConfig(
+        beam_size=21, alpha=0.3, max_len_a=1, max_len_b=300
+    )
+    assert (task.metric, task.higher_is_better) == ("f1", True)
+
+
+def test_decoded_outputs_become_trees_over_their_sources_words_and_repairs_are_counted(caplog):
+    task = get_task(TaskConfig(name="parse", tags=False))
+    outputs = ["(S (NP XX XX )NP (VP XX )VP )S", "(S (NP XX )NP", "(S XX XX XX XX )S"]
+    sources = ["the cat sat", "a dog ran", "it ran"]
+    caplog.set_level(logging.INFO, logger="transduce")
+    assert task.postprocess(outputs, sources) == [
+        "(S (NP (XX the) (XX cat)) (VP (XX sat)))",
+        "(S (NP (XX a)) (XX dog) (XX ran))",  # closed at the end, missing words appended
+        "(S (XX it) (XX ran))",  # preterminals beyond the words dropped
+    ]
+    assert task.repaired == 2 and "repaired 2 of 3 parses into trees" in caplog.text
+    with pytest.raises(ValueError):  # one output for each source sentence, no fewer
+        task.postprocess(outputs[:2], sources)
+
+
+def test_a_model_without_tags_gets_placeholders_and_one_with_tags_keeps_its_own():
+    output, source = ["(S (NP DT NN )NP (VP VBD )VP )S"], ["the cat sat"]
+    untagged = get_task(TaskConfig(name="parse", tags=False)).postprocess(output, source)
+    assert untagged == ["(S (NP (XX the) (XX cat)) (VP (XX sat)))"]
+    tagged = get_task(TaskConfig(name="parse", tags=True)).postprocess(output, source)
+    assert tagged == ["(S (NP (DT the) (NN cat)) (VP (VBD sat)))"]
+    assert carries_placeholders(untagged) and not carries_placeholders(tagged)
+    assert not carries_placeholders(["(S (NP (XX the) (NN cat)) (VP (XX sat)))"])  # not every
+    assert not carries_placeholders([])  # no preterminal at all: nothing says which tags
+
+
+def test_the_references_are_the_gold_trees_of_the_split_asked_for(prepared):
+    task = get_task(prepared.task)
+    for split in ("dev", "test"):
+        gold = task.references(prepared, split)
+        assert [parse_tree(g).leaves() for g in gold] == [
+            s.split() for s in prepared.text(split).src
+        ]
+    assert task.references(prepared, "dev") != task.references(prepared, "test")
+
+
+def test_the_score_is_f1_over_every_sentence_and_zero_when_no_bracket_matched():
+    task = get_task(TaskConfig(name="parse", tags=False))
+    long = "(S (NP " + "(XX a) " * 41 + ") (VP (XX b)))"  # past EVALB's len<=40 cut
+    gold_long = "(S (NP " + "(NN a) " * 41 + ") (VP (VB b)))"
+    flat = "(S (XX it) (XX ran))"  # 1 of the 3 gold brackets; the long one matches all 3
+    score = task.score([long, flat], [gold_long, "(S (NP (PRP it)) (VP (VBD ran)))"])
+    # recall 4/6, precision 4/4: F1 80 (the short sentence alone would give 50)
+    assert score.name == "F1" and score.score == pytest.approx(80.0)
+    # recall counts the gold brackets found: the references are the gold side
+    assert "Recall         =  66.67\nBracketing Precision      = 100.00\n" in score.detail
+    tagged, flat_tagged = get_task(TaskConfig(name="parse", tags=True)), "(S (PRP it) (VBD ran))"
+    printed = tagged.report(
+        [gold_long, flat_tagged], [gold_long, "(S (NP (PRP it)) (VP (VBD ran)))"]
+    )
+    assert printed[0].score == pytest.approx(80.0)  # what `evaluate` prints: F1 too, not recall
+    assert task.score(["(S (. .))"], ["(S (. .))"]).score == 0.0  # EVALB's -nan, ranked as 0
