@@ -109,6 +109,8 @@ def test_the_fused_sums_equal_the_written_ones():
 def test_auto_compiles_on_gpus_only_and_bad_choices_are_refused():
     assert compiles("auto", torch.device("cuda")) and not compiles("auto", torch.device("cpu"))
     assert compiles("on", torch.device("cpu")) and not compiles("off", torch.device("cuda"))
+    # Measured on CUDA only: Apple's and Intel's GPUs train as written unless asked
+    assert not compiles("auto", torch.device("mps")) and not compiles("auto", torch.device("xpu"))
     with pytest.raises(ConfigError, match=r"train\.compile"):
         toy_config(**{"train.compile": "yes"})
 

@@ -73,10 +73,12 @@ def test_the_demo_preset_is_tiny_with_its_peak_at_200_no_dropout_alpha_1_4_and_n
         "train.lr_scale",
         "decode.alpha",
         "train.average_last",
+        "train.valid_every",
     }
     assert config.model.dropout == 0.0 and config.decode.alpha == 1.4
+    assert config.train.valid_every == 250  # validations cost the ten minutes updates
     # After the cooldown the newest checkpoint alone is the final model (DEMO.md, session 26).
-    final = steps_to_average([125, 250, 375, 500, 625, 720], 720, config.train)
+    final = steps_to_average([250, 500, 720], 720, config.train)
     assert config.train.average_last == 1 and final == [720]
 
 
