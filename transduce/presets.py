@@ -103,12 +103,6 @@ def demo() -> Config:
     without), after which the newest checkpoint is the final model, as for `small`: ahead of the
     average of the run's second half on dev in all three demos that measured both (+0.58, +0.79,
     +1.43; test 34.44 against 33.19 at 720 updates; DEMO.md, sessions 15 and 26).
-
-    Validation (dev loss and greedy dev BLEU, inside the ten minutes) every 250 updates, not
-    `tiny`'s 125: a validation took 8-17 s of the budget, the first ones longest (a young model
-    writes to the length limit), and the final model is the newest checkpoint whatever dev says.
-    Side by side on one host, the same seed: 572 updates against 544, test BLEU 33.51 against
-    33.08 (DEMO.md, session 39).
     """
     d_model, warmup, peak = 128, 200, 0.005
     return override(
@@ -119,7 +113,7 @@ def demo() -> Config:
             "train.lr_scale": scale_for_peak(peak, d_model, warmup),
             "decode.alpha": 1.4,
             "train.average_last": 1,
-            "train.valid_every": 250,
+            "train.valid_every": 250,  # each one took 8-17 s of the ten minutes (DEMO.md, s39)
         },
     )
 
