@@ -140,6 +140,19 @@ def test_the_fingerprint_of_an_epoch_changes_with_its_batches_alone():
     assert in_order.fingerprint(0) != cut_otherwise.fingerprint(0)
 
 
+def test_every_process_of_a_run_has_the_epochs_one_fingerprint():
+    """Only the first of torchrun's processes saves the checkpoint, so its print is every rank's
+    on resume: the whole epoch's, not a rank's share (each rank warned of changed batches)."""
+    src, tgt = lengths()
+    sampler = TokenBatchSampler(src, tgt, max_tokens=200, seed=3)
+    ranks = [sampler.shard(rank, 2) for rank in (0, 1)]
+    assert ranks[0].batches(0) != ranks[1].batches(0)
+    assert ranks[0].fingerprint(0) == ranks[1].fingerprint(0) != ranks[0].fingerprint(1)
+    odd = len(sampler.batches(0)) % 2 == 1  # a batch left over is no one's
+    assert (ranks[0].fingerprint(0) == sampler.fingerprint(0)) != odd
+    assert sampler.fingerprint(0) == sampler.shard(0, 1).fingerprint(0)  # one process as before
+
+
 def test_fixed_seed_fixes_the_order_and_epoch_or_seed_changes_it():
     src, tgt = lengths()
     make = lambda seed: TokenBatchSampler(src, tgt, max_tokens=200, seed=seed)  # noqa: E731

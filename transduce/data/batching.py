@@ -176,9 +176,13 @@ class TokenBatchSampler:
         return len(self.batches(epoch))
 
     def fingerprint(self, epoch: int) -> str:
-        """A digest of this epoch's batches (this rank's): a checkpoint keeps it, so that a
-        resumed run can tell whether the rest of the epoch is the rest it was cut with."""
-        batches = self.batches(epoch)
+        """A digest of this epoch's batches, every rank's share (the same in every process: only
+        the first saves it): a checkpoint keeps it, so that a resumed run can tell whether the
+        rest of the epoch is the rest it was cut with."""
+        shared_out = self.num_batches(epoch) * self.world  # also caches the epoch's batches
+        whole = copy.copy(self)
+        whole.rank, whole.world = 0, 1
+        batches = whole.batches(epoch)[:shared_out]
         sizes = np.array([len(batch) for batch in batches], dtype=np.int64)
         indices = np.fromiter(itertools.chain.from_iterable(batches), dtype=np.int64)
         return hashlib.sha256(sizes.tobytes() + indices.tobytes()).hexdigest()[:16]
