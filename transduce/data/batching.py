@@ -159,11 +159,14 @@ class TokenBatchSampler:
 
     def batches(self, epoch: int) -> list[list[int]]:
         """This epoch's batches (this rank's share of them), each a list of example indices."""
+        return [list(batch) for batch in self._shared_out(epoch)[self.rank :: self.world]]
+
+    def _shared_out(self, epoch: int) -> list[list[int]]:
+        """Every rank's batches of `epoch`: all but the last `len % world`, which are no one's."""
         if self._cached is None or self._cached[0] != epoch:
             self._cached = (epoch, self._make_batches(epoch))
         batches = self._cached[1]
-        usable = len(batches) // self.world * self.world
-        return [list(batch) for batch in batches[self.rank : usable : self.world]]
+        return batches[: len(batches) // self.world * self.world]
 
     def iterate(self, epoch: int, start: int = 0) -> Iterator[list[int]]:
         """The batches of `epoch` from batch number `start` on, to resume a run mid-epoch."""
@@ -179,10 +182,7 @@ class TokenBatchSampler:
         """A digest of this epoch's batches, every rank's share (the same in every process: only
         the first saves it): a checkpoint keeps it, so that a resumed run can tell whether the
         rest of the epoch is the rest it was cut with."""
-        shared_out = self.num_batches(epoch) * self.world  # also caches the epoch's batches
-        whole = copy.copy(self)
-        whole.rank, whole.world = 0, 1
-        batches = whole.batches(epoch)[:shared_out]
+        batches = self._shared_out(epoch)
         sizes = np.array([len(batch) for batch in batches], dtype=np.int64)
         indices = np.fromiter(itertools.chain.from_iterable(batches), dtype=np.int64)
         return hashlib.sha256(sizes.tobytes() + indices.tobytes()).hexdigest()[:16]

@@ -84,7 +84,7 @@ def side_by_side(
     for name, translator in models:
         if translator is not first:
             attention = sentence_attention(translator, sentence, target, merge_words)
-        layer = default_layer(len(attention.layers["cross"]))
+        layer = _layer_in(attention.layers["cross"], None)
         queries, keys = attention.labels["cross"]
         weights = attention.layers["cross"][layer].mean(dim=0)
         panels.append((weights, queries, keys, f"{name}: layer {layer}, heads averaged"))
