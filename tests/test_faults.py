@@ -1,5 +1,6 @@
 """Scale-out and faults: two processes equal one, and a killed run resumes to the same end."""
 
+import gc
 import json
 import os
 import re
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -226,6 +228,39 @@ def test_torchruns_environment_places_the_process_and_picks_the_backend(monkeypa
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     distributed.stop()
     assert left == ["left"]  # the group is left once a run ends, if there is one
+
+
+def test_a_run_frees_its_model_before_it_leaves_the_process_group(toy_data, tmp_path, monkeypatch):
+    """DistributedDataParallel keeps gloo's threads alive; a Trainer in a reference cycle (torch's
+    first imports make one) freed only at the interpreter's exit can abort the process there
+    (a CI run: "terminate called without an active exception"). A real group of one process."""
+    trainers, freed_on_leaving = [], []
+    run = Trainer.run
+
+    def run_in_a_cycle(self):
+        self.itself = self  # the cycle, made here as the first imports would
+        trainers.append(weakref.ref(self))
+        return run(self)
+
+    def one_process_group(device_type):
+        store = dist.FileStore(str(tmp_path / "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        return distributed.Processes()
+
+    leave = dist.destroy_process_group
+    monkeypatch.setattr(Trainer, "run", run_in_a_cycle)
+    monkeypatch.setattr(distributed, "start", one_process_group)
+    monkeypatch.setattr(
+        dist, "destroy_process_group", lambda: freed_on_leaving.append(trainers[0]() is None)
+    )
+    gc.disable()  # no collection but the one that `stop` asks for
+    try:
+        train(override(tiny(), parse_assignments([*TOY, "train.max_steps=2"])), toy_data, tmp_path)
+    finally:
+        gc.enable()
+        if dist.is_initialized():
+            leave()
+    assert freed_on_leaving == [True]
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ update then sees the same batches as a single process with K times the accumulat
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -73,7 +74,14 @@ def start(device_type: str) -> Processes:
 
 
 def stop() -> None:
+    """Leave the process group, once nothing of the run holds it.
+
+    DistributedDataParallel keeps the group, and gloo's threads, alive. A Trainer left in a
+    reference cycle (torch's first imports make one, through the frames that built it) would be
+    freed only at the interpreter's exit, where those threads can abort the process ("terminate
+    called without an active exception"): collect it while everything is alive."""
     if dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -68,10 +68,9 @@ def train(
         target = torch.device("cuda", processes.local_rank)
         torch.cuda.set_device(target)
     try:
-        trainer = Trainer(
-            config, PreparedData.load(data_dir), Path(run_dir), resume, target, processes
-        )
-        average = trainer.run()
+        # No name holds the Trainer, so that `stop` can free it before leaving the group.
+        data = PreparedData.load(data_dir)
+        average = Trainer(config, data, Path(run_dir), resume, target, processes).run()
         # Leave together: a gloo process whose peer tears the group down first can abort.
         processes.barrier()
         return average
