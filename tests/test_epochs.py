@@ -113,6 +113,10 @@ def test_an_epochs_count_and_fingerprint_are_those_of_its_own_batches(words_data
         assert epochs.sampler(epoch).bucket_width == 8
         assert epochs.num_batches(epoch) == len(list(epochs.batches(epoch)))
         fingerprints.add(epochs.fingerprint(epoch))
+        # a digest of this epoch's batches, cut from this epoch's segmentation, not another's
+        split = epochs.split(epoch)
+        own = TokenBatchSampler(split.src_lengths, split.tgt_lengths, max_tokens=60, bucket_width=8)
+        assert epochs.fingerprint(epoch) == own.fingerprint(epoch)
     assert len(fingerprints) == 3  # each epoch's order is its own
 
 
