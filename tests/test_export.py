@@ -1,7 +1,10 @@
-"""Exports reproduce our translations: Hugging Face `generate`, and CTranslate2."""
+"""Exports reproduce our translations: Hugging Face `generate`, and CTranslate2; a stand-in for
+CTranslate2 pins what its converter is handed, so that much is checked where it is not installed."""
 
 import json
+import sys
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
@@ -155,3 +158,120 @@ def test_a_recurrent_model_is_refused_with_the_reason():
     )
     with pytest.raises(ExportError, match=r"family 'rnn'.*hold the Transformer only"):
         _exportable(saved)
+
+
+class _BartLoader:
+    """CTranslate2's loader of BART, as far as ours relies on it."""
+
+    @property
+    def architecture_name(self):
+        return "BartForConditionalGeneration"
+
+    def get_model_spec(self, model):
+        config = model.config
+        return SimpleNamespace(
+            pre_norm=config.normalize_before,
+            layernorm_embedding=getattr(config, "normalize_embedding", True),
+        )
+
+    def set_config(self, config, model, tokenizer):
+        config.bos_token, config.eos_token = tokenizer.bos_token, tokenizer.eos_token
+
+
+@pytest.fixture
+def fake_ctranslate2(monkeypatch):
+    """CTranslate2 replaced by its converter's interface: the converter records each call, with
+    the files it was given and the loaders in place while it ran; export_hf writes a tokenizer."""
+    from transduce.export import ctranslate2 as ours
+
+    originals = {"MarianConfig": "marian", "PegasusConfig": "pegasus", "BartConfig": "bart"}
+    registry, calls = dict(originals), []
+
+    class Converter:
+        def __init__(self, model_name_or_path):
+            self.path = Path(model_name_or_path)
+
+        def convert(self, output_dir, vmap=None, quantization=None, force=False):
+            if Path(output_dir).exists() and not force:
+                raise RuntimeError(f"output directory {output_dir} already exists")
+            files = {p.name: p.read_bytes() for p in self.path.iterdir()}
+            calls.append(
+                SimpleNamespace(
+                    path=self.path,
+                    files=files,
+                    out=output_dir,
+                    quantization=quantization,
+                    loaders=dict(registry),
+                )
+            )
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            return output_dir
+
+    def export_hf(model, out, checkpoint=None):
+        calls.append(SimpleNamespace(exported=(model, out, checkpoint)))
+        (out / "source.spm").write_bytes(b"our sentencepiece model")
+        return out
+
+    transformers = ModuleType("ctranslate2.converters.transformers")
+    transformers.BartLoader, transformers._MODEL_LOADERS = _BartLoader, registry
+    converters = ModuleType("ctranslate2.converters")
+    converters.TransformersConverter, converters.transformers = Converter, transformers
+    package = ModuleType("ctranslate2")
+    package.converters = converters
+    for module in (package, converters, transformers):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(ours, "export_hf", export_hf)
+    return SimpleNamespace(calls=calls, registry=registry, originals=originals)
+
+
+def test_ctranslate2_converts_that_checkpoints_export_as_asked_and_keeps_its_tokenizer(
+    fake_ctranslate2, tmp_path
+):
+    model, out, checkpoint = tmp_path / "run", tmp_path / "ct2", tmp_path / "run" / "step_5.pt"
+    assert export_ctranslate2(model, out, checkpoint, quantize="int8") == out
+    exported, converted = fake_ctranslate2.calls
+    assert exported.exported == (model, converted.path, checkpoint)  # that checkpoint, exported
+    assert converted.files["source.spm"] == b"our sentencepiece model"  # converted from there
+    assert (converted.out, converted.quantization) == (str(out), "int8")
+    assert (out / "vocab.model").read_bytes() == b"our sentencepiece model"  # the tokenizer
+    assert not converted.path.exists()  # the Hugging Face export was temporary
+    # A second export to the same folder replaces the first; unquantized by default.
+    export_ctranslate2(model, out)
+    assert fake_ctranslate2.calls[-1].quantization is None
+
+
+def test_for_one_conversion_marian_and_pegasus_load_as_our_models_that_start_from_bos(
+    fake_ctranslate2, tmp_path
+):
+    export_ctranslate2(tmp_path / "run", tmp_path / "ct2")
+    loaders = fake_ctranslate2.calls[-1].loaders
+    assert fake_ctranslate2.registry == fake_ctranslate2.originals  # theirs again, afterwards
+    assert loaders["BartConfig"] == "bart"
+    tokens = {0: "<pad>", 2: "<s>", 3: "</s>"}
+    tokenizer = SimpleNamespace(bos_token=None, eos_token="</s>", convert_ids_to_tokens=tokens.get)
+    for config_class, architecture, pre_norm in [
+        ("MarianConfig", "MarianMTModel", False),
+        ("PegasusConfig", "PegasusForConditionalGeneration", True),
+    ]:
+        loader = loaders[config_class]
+        assert loader.architecture_name == architecture
+        model = SimpleNamespace(config=SimpleNamespace(bos_token_id=2, eos_token_id=3))
+        spec = loader.get_model_spec(model)
+        assert (spec.pre_norm, spec.layernorm_embedding) == (pre_norm, False), architecture
+        config = SimpleNamespace()
+        loader.set_config(config, model, tokenizer)
+        assert (config.bos_token, config.eos_token) == ("<s>", "</s>"), architecture
+
+
+def test_a_failed_conversion_leaves_ctranslate2s_own_loaders_in_place(
+    fake_ctranslate2, tmp_path, monkeypatch
+):
+    from transduce.export import ctranslate2 as ours
+
+    def failing(*given):
+        raise ExportError("no equivalent")
+
+    monkeypatch.setattr(ours, "export_hf", failing)
+    with pytest.raises(ExportError, match="no equivalent"):
+        export_ctranslate2(tmp_path / "run", tmp_path / "ct2")
+    assert fake_ctranslate2.registry == fake_ctranslate2.originals
