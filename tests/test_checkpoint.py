@@ -329,3 +329,25 @@ def test_the_random_state_comes_back_as_captured_for_each_process():
 def test_progress_keeps_the_processes_it_was_saved_with_and_older_checkpoints_had_one():
     assert Progress.from_state({"step": 30, "world": 2}).world == 2
     assert Progress.from_state({"step": 30, "epoch": 1}) == Progress(step=30, epoch=1, world=1)
+
+
+def test_at_a_tie_the_stopped_file_comes_before_the_step_file_of_its_step(tmp_path: Path):
+    """newest_paths: newest step first; a stopped file and a step file of one step, the stopped
+    one first (its docstring: it is the later state)."""
+    store = CheckpointStore(tmp_path, keep_last=3)
+    store.save(tiny_state(10), 10, None)
+    store.save(tiny_state(20), 20, None)
+    store.save_stopped(tiny_state(20, fill=1.0), 20)
+    assert store.newest_paths() == [store.stopped_path(20), store.path(20), store.path(10)]
+    assert float(store.load_latest()["model"]["w"][0, 0]) == 1.0
+
+
+def test_an_equal_score_leaves_the_best_where_it_was(tmp_path: Path):
+    """Only a strictly better score moves best.pt: a later checkpoint that merely equals it
+    (same dev BLEU, same dev loss) does not, in either direction."""
+    for higher in (True, False):
+        store = CheckpointStore(tmp_path / str(higher), keep_last=1)
+        store.save(tiny_state(10), 10, 5.0, higher_is_better=higher)
+        store.save(tiny_state(20), 20, 5.0, higher_is_better=higher)
+        assert load(store.best_path())["step"] == 10
+        assert store.steps() == [10, 20]  # the best's step file is kept beside the last one

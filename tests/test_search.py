@@ -274,3 +274,22 @@ def test_search_by_chunked_top_k_is_unchanged(monkeypatch):
     taken.clear()
     assert greedy_search(model, src, **SPECIALS, max_len_b=8) == greedy
     assert taken and all(taken)
+
+
+def test_a_sentence_at_its_length_limit_leaves_the_batch():
+    """Sentence 0 (an empty source, max_len_b=1) may only end at the first step: one ended
+    hypothesis, no live one. It leaves the batch then, so the second step runs only sentence 1's
+    k rows, and both sentences still get their hypotheses."""
+    model = tiny_model()
+    src = torch.tensor([[EOS, PAD, PAD, PAD, PAD], [5, 6, 7, 8, EOS]])
+    rows, step = [], model.step
+
+    def counting_step(tokens, cache):
+        rows.append(tokens.size(0))
+        return step(tokens, cache)
+
+    model.step = counting_step
+    found = beam_search(model, src, bos=BOS, eos=EOS, pad=PAD, beam_size=4, max_len_b=1)
+    assert found[0][0].tokens == [] and len(found[1]) == 1
+    assert rows[0] == 2  # the first step: one row per sentence
+    assert rows[1] == 4, rows  # then sentence 1's beam alone

@@ -374,3 +374,26 @@ def test_an_update_on_a_gpu_never_waits_for_the_gpu_queue_to_drain():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert result.finite and result.tgt_tokens == batches[0].n_tgt_tokens
+
+
+PLATEAU = {"train.schedule": "plateau", "train.lr": 0.01, "train.plateau_patience": 1}
+
+
+def test_a_resumed_plateau_run_keeps_the_rate_its_validations_lowered(data, tmp_path, monkeypatch):
+    """Validations at 3 and 6: the dev loss rises at 6, so the rate halves from update 7. Run to
+    6, then resumed to 9: updates 7-9 take the halved rate and the validation at 9 (no better)
+    halves it again, as an uninterrupted run does."""
+    run = tmp_path / "run"
+    _dev_losses(monkeypatch, [1.0, 2.0])
+    first = _trainer(data, run, **PLATEAU, **{"train.valid_every": 3, "train.max_steps": 6})
+    first.run()
+    _dev_losses(monkeypatch, [3.0])
+    resumed = _trainer(
+        data, run, resume=True, **PLATEAU, **{"train.valid_every": 3, "train.max_steps": 9}
+    )
+    assert resumed.progress.step == 6
+    assert resumed.schedule.state_dict() == {"lr": 0.005, "best": 1.0, "bad": 0}
+    rates = _record_rates(resumed)
+    resumed.run()
+    assert rates == [0.005] * 3
+    assert resumed.schedule.state_dict()["lr"] == 0.0025
