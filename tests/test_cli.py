@@ -1,6 +1,7 @@
 """The `transduce` command: the whole flow on a toy corpus, and a clear message for bad input."""
 
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -173,6 +174,27 @@ def test_invalid_utf8_input_names_the_line(toy_run, monkeypatch):
         )
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_decoding(
+    toy_run, tmp_path, monkeypatch
+):
+    """A folder named as --output (or --alignments-out) fails before the model loads, not after
+    it has translated the whole input."""
+    from transduce.decoding.translate import Translator
+
+    loads = []
+    monkeypatch.setattr(Translator, "load", lambda *given, **named: loads.append(given))
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n")
+    for flag in ("--output", "--alignments-out"):
+        with pytest.raises(
+            SystemExit, match=re.escape(f"{tmp_path} is a folder; name the file to write")
+        ):
+            run("translate", "--model", toy_run / "run", "--input", source, flag, tmp_path)
+    with pytest.raises(SystemExit, match=r"its folder .*nowhere does not exist"):
+        run("parse", "--model", toy_run / "run", "--output", tmp_path / "nowhere" / "out.txt")
+    assert loads == []
+
+
 def test_a_corrupt_checkpoint_names_the_file(toy_run, tmp_path):
     broken = tmp_path / "broken.pt"
     broken.write_bytes((toy_run / "run" / "average.pt").read_bytes()[:-100])
@@ -203,6 +225,24 @@ def test_average_writes_a_loadable_model(toy_run, tmp_path, capsys, monkeypatch)
         monkeypatch=monkeypatch,
     )
     assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_average_never_writes_over_a_runs_checkpoints(toy_run, tmp_path, caplog):
+    """`--out` inside checkpoints/ would replace a step that index.json still lists."""
+    from transduce.training.checkpoint import CheckpointStore
+
+    step = CheckpointStore(toy_run / "run", 1).last_paths(1)[0]
+    before = step.read_bytes()
+    with pytest.raises(SystemExit, match="outside the run's checkpoints/ folder"):
+        run("average", "--model", toy_run / "run", "--last", 2, "--out", step)
+    assert step.read_bytes() == before
+    with pytest.raises(SystemExit, match="is a folder"):
+        run("average", "--model", toy_run / "run", "--out", tmp_path)
+    with pytest.raises(SystemExit, match="--last must be at least 1, got 0"):
+        run("average", "--model", toy_run / "run", "--last", 0, "--out", tmp_path / "a.pt")
+    held = len(CheckpointStore(toy_run / "run", 1).steps())
+    run("average", "--model", toy_run / "run", "--last", 99, "--out", tmp_path / "all.pt")
+    assert f"holds {held} checkpoints: averaging those, not 99" in caplog.text
 
 
 def test_mismatched_parallel_files_name_both(tmp_path):
@@ -238,6 +278,10 @@ def test_bad_settings_are_named(toy_run):
         )
     with pytest.raises(SystemExit, match="unknown preset"):
         run("train", "--data", toy_run / "data", "--out", toy_run / "x", "--preset", "huge")
+    for size in (0, -5):  # 0 once meant the default, -5 reached sentencepiece's own assertion
+        with pytest.raises(SystemExit, match=f"--vocab-size must be positive, got {size}"):
+            run("prepare", "multi30k", "--src", "en", "--tgt", "de", "--out", toy_run / "x",
+                "--vocab-size", size)  # fmt: skip
 
 
 def test_every_set_counts_when_set_is_given_more_than_once():
@@ -367,7 +411,7 @@ def test_demo_compare_and_sweep_hand_their_flags_to_the_experiments(tmp_path, mo
     monkeypatch.setattr(compare, "compare", finished("compare", "results.md"))
     monkeypatch.setattr(sweep, "sweep", finished("sweep", "table3.md"))
     monkeypatch.setattr(
-        table3, "params_table", lambda base, vocab: f"{base.model.d_model} {vocab}\n"
+        table3, "params_table", lambda base, vocab, rows: f"{base.model.d_model} {vocab} {rows}\n"
     )
     run("demo", "--data-dir", tmp_path, "--out", tmp_path / "demo", "--minutes", 3, "--preset",
         "tiny", "--src", "fr", "--tgt", "en", "--variant", "raw", "--set", "train.seed=2",
@@ -391,9 +435,9 @@ def test_demo_compare_and_sweep_hand_their_flags_to_the_experiments(tmp_path, mo
     )
     assert (settings["jobs"], settings["one_seed_beyond"], settings["device"]) == (2, 0.5, "cpu")
     assert base == sweep.sweep_base("tiny", steps=40, assignments=["train.seed=4"])
-    run("sweep", "--params-only", "--vocab-size", 37000)
+    run("sweep", "--params-only", "--vocab-size", 37000, "--rows", "A1,C2")
     assert capsys.readouterr().out.splitlines() == [
-        "compare report", "sweep report", "512 37000"]  # fmt: skip
+        "compare report", "sweep report", "512 37000 ('A1', 'C2')"]  # fmt: skip
     with pytest.raises(SystemExit, match="--params-only needs --vocab-size"):
         run("sweep", "--params-only")
     with pytest.raises(SystemExit, match="--data is required unless --params-only"):

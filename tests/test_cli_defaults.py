@@ -255,9 +255,17 @@ def test_each_expected_failure_is_one_line_naming_the_verb_not_a_traceback(monke
 
 
 def test_an_error_it_does_not_expect_is_not_silenced(monkeypatch):
-    _failing(monkeypatch, PermissionError("denied"))
-    with pytest.raises(PermissionError):
+    _failing(monkeypatch, RuntimeError("a bug"))
+    with pytest.raises(RuntimeError):
         _run("prepare", "files", "--out", "o")
+
+
+def test_an_os_error_is_one_line_naming_the_path(monkeypatch):
+    """A folder given where a file goes, a file without permission: the path and the reason."""
+    _failing(monkeypatch, IsADirectoryError(21, "Is a directory", "out/test.hyp"))
+    with pytest.raises(SystemExit) as exit_:
+        _run("prepare", "files", "--out", "o")
+    assert exit_.value.code == "transduce prepare: error: out/test.hyp: Is a directory"
 
 
 def test_without_a_verb_transduce_shows_its_usage_and_fails(capsys):

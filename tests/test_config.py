@@ -89,6 +89,11 @@ def test_a_yaml_file_of_the_wrong_shape_is_refused_naming_it(tmp_path):
     path.write_text("train: 7\n")
     with pytest.raises(ConfigError, match="section 'train' must be a mapping"):
         load_overrides(path)
+    path.write_text("train: {max_steps: [\n")
+    with pytest.raises(
+        ConfigError, match=f"{re.escape(str(path))} line 2, column 1: not valid YAML"
+    ):
+        load_overrides(path)
 
 
 def test_the_model_section_is_chosen_by_its_family():
@@ -141,6 +146,8 @@ REFUSED = {
     "train.label_smoothing": "1.0",
     "train.accumulate": "0",
     "train.max_steps": "0",
+    "train.max_epochs": "-1",
+    "train.max_minutes": "-1",
     "train.valid_every": "0",
     "train.log_every": "0",
     "train.valid_beam": "0",
@@ -163,6 +170,8 @@ ACCEPTED = {
     "decode.alpha": "0",
     "decode.max_len_a": "0",
     "decode.n_best": "4",
+    "train.max_epochs": "0",
+    "train.max_minutes": "0",
     "model.vocab_size": "0",
     "model.n_decoder_layers": "0",
 }

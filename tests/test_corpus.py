@@ -61,6 +61,12 @@ def test_broken_gzip_names_the_file(tmp_path):
         read_lines(path)
 
 
+def test_a_folder_given_as_a_text_file_is_named_as_unreadable_not_as_gzip(tmp_path):
+    (tmp_path / "data.en").mkdir()
+    with pytest.raises(DataError, match=r"data\.en: cannot read \(Is a directory\)"):
+        read_lines(tmp_path / "data.en")
+
+
 def test_read_parallel_mismatch_names_both_files_and_counts(tmp_path):
     src = write_gz(tmp_path / "train.en.gz", ["a", "b", "c"])
     tgt = write_gz(tmp_path / "train.de.gz", ["a", "b"])

@@ -2,6 +2,7 @@
 CTranslate2 pins what its converter is handed, so that much is checked where it is not installed."""
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -204,7 +205,10 @@ def fake_ctranslate2(monkeypatch):
                     loaders=dict(registry),
                 )
             )
-            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            if force and Path(output_dir).exists():
+                shutil.rmtree(output_dir)  # as CTranslate2's converter does
+            Path(output_dir).mkdir(parents=True)
+            (Path(output_dir) / "model.bin").write_bytes(b"weights")
             return output_dir
 
     def export_hf(model, out, checkpoint=None):
@@ -275,3 +279,29 @@ def test_a_failed_conversion_leaves_ctranslate2s_own_loaders_in_place(
     with pytest.raises(ExportError, match="no equivalent"):
         export_ctranslate2(tmp_path / "run", tmp_path / "ct2")
     assert fake_ctranslate2.registry == fake_ctranslate2.originals
+
+
+def test_an_export_never_replaces_a_folder_of_other_files(fake_ctranslate2, tmp_path):
+    """CTranslate2's converter deletes its output folder first, and Hugging Face's writes over
+    files of its names: either export goes to a new or empty folder, or over its own kind."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    (mine / "config.json").write_text("{}")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    for export in (export_ctranslate2, export_hf):
+        with pytest.raises(ExportError, match=r"not a .* export, which the export would replace"):
+            export(tmp_path / "run", mine)
+        with pytest.raises(ExportError, match="is a file"):
+            export(tmp_path / "run", a_file)
+    assert len(fake_ctranslate2.calls) == 0  # refused before any work
+    assert (mine / "thesis.tex").read_text() == "years of work"
+    assert (mine / "config.json").read_text() == "{}"
+    # An earlier Hugging Face export may be exported over: the model is loaded (here, missing).
+    earlier = tmp_path / "hf"
+    earlier.mkdir()
+    for name in ("config.json", "model.safetensors", "source.spm"):
+        (earlier / name).write_text("")
+    with pytest.raises(FileNotFoundError):
+        export_hf(tmp_path / "run", earlier)

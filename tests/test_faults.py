@@ -255,7 +255,8 @@ def test_a_run_frees_its_model_before_it_leaves_the_process_group(toy_data, tmp_
     )
     gc.disable()  # no collection but the one that `stop` asks for
     try:
-        train(override(tiny(), parse_assignments([*TOY, "train.max_steps=2"])), toy_data, tmp_path)
+        config = override(tiny(), parse_assignments([*TOY, "train.max_steps=2"]))
+        train(config, toy_data, tmp_path / "run")
     finally:
         gc.enable()
         if dist.is_initialized():

@@ -109,3 +109,10 @@ def test_a_score_prints_sacrebleus_line_then_its_signature():
     for score, head in ((bleu(refs, refs), "BLEU = 100.00 "), (chrf(refs, refs), "chrF2 = 100.00")):
         assert score.detail.startswith(head)
         assert str(score) == f"{score.detail}\n  signature: {score.signature}"
+
+
+def test_no_lines_at_all_are_refused_with_a_reason():
+    """sacreBLEU itself fails on an empty corpus with an IndexError."""
+    for metric in (bleu, chrf):
+        with pytest.raises(ValueError, match="no hypotheses to score"):
+            metric([], [])

@@ -166,6 +166,21 @@ def test_evaluate_puts_the_gold_tags_back_only_when_every_output_tag_is_a_placeh
     assert "tags:gold" in capsys.readouterr().out
 
 
+def test_an_unreadable_tree_is_named_by_its_side_and_line_and_the_files(tmp_path):
+    good = "(S (NP (DT the) (NN cat)) (VP (VBD sat)))"
+    ref = write_lines(tmp_path / "gold.txt", [good, good])
+    hyp = write_lines(tmp_path / "hyp.txt", [good, "(S (NP (DT the) cat) (VP (VBD sat)))"])
+    with pytest.raises(SystemExit, match=r"test tree 2: word outside a preterminal .*hyp\.txt"):
+        main(["evaluate", "--task", "parse", "--hyp", str(hyp), "--ref", str(ref)])
+    with pytest.raises(SystemExit, match=r"gold tree 2: word outside a preterminal .*--ref"):
+        main(["evaluate", "--task", "parse", "--hyp", str(ref), "--ref", str(hyp)])
+    broken = write_lines(tmp_path / "broken.txt", [good, "(S (NP (XX the) (XX cat)) (VP (XX sat)"])
+    with pytest.raises(SystemExit, match=r"gold tree 2:1: '\(' is never closed .*broken\.txt"):
+        main(
+            ["evaluate", "--task", "parse", "--gold-tags", "--hyp", str(ref), "--ref", str(broken)]
+        )
+
+
 def test_with_predicted_tags_checkpoints_rank_by_f1_with_the_gold_tags_put_back():
     # EVALB drops a sentence whose punctuation tags differ from the gold ones: checkpoint A,
     # which tags a comma NN and gets that sentence's NP wrong, would score 100 on the other

@@ -3,7 +3,14 @@ import time
 
 import pytest
 
-from transduce.training.runlog import RunFolderError, Window, keep_log_until, read_log
+from transduce.config import Config
+from transduce.training.runlog import (
+    RunFolderError,
+    Window,
+    check_same_run,
+    keep_log_until,
+    read_log,
+)
 
 
 def test_a_last_line_torn_by_a_kill_is_dropped(tmp_path):
@@ -68,3 +75,35 @@ def test_the_log_is_mirrored_to_tensorboard_and_a_resume_hides_what_it_redoes(tm
     losses = {e.step: e.value for e in events.Scalars("train/loss")}
     assert losses == {1: 9.0, 2: 8.0, 3: 7.0, 4: 0.5}
     assert len(read_log(tmp_path / "log.jsonl")) == 7  # the JSON log is written as before
+
+
+def test_a_new_run_refuses_a_folder_of_the_users_own_files(tmp_path):
+    """Training writes config.json and log.jsonl into --out: a folder holding other files, or a
+    config.json that is not a run's, is refused before anything in it is overwritten."""
+    thesis = tmp_path / "mine"
+    thesis.mkdir()
+    (thesis / "thesis.tex").write_text("years of work")
+    with pytest.raises(RunFolderError, match=r"not a run's \(thesis\.tex\)"):
+        check_same_run(thesis, Config(), resume=False)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "config.json").write_text('{"editor": "vim"}')
+    (notes / "log.jsonl").write_text("my diary\n")
+    for resume in (False, True):
+        with pytest.raises(RunFolderError, match=r"config\.json: not a run's config\.json"):
+            check_same_run(notes, Config(), resume=resume)
+    assert (thesis / "thesis.tex").read_text() == "years of work"
+    assert (notes / "log.jsonl").read_text() == "my diary\n"
+
+
+def test_a_new_run_takes_over_a_start_that_failed_before_its_first_checkpoint(tmp_path):
+    """What a run writes before its first checkpoint, and a new or missing folder, are fine."""
+    started = tmp_path / "started"
+    started.mkdir()
+    (started / "config.json").write_text(Config().to_json())
+    for name in ("data.json", "log.jsonl", "vocab.model", ".write-test"):
+        (started / name).write_text("{}")
+    (started / "tensorboard").mkdir()
+    for folder in (started, tmp_path / "empty", tmp_path / "absent"):
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        check_same_run(folder, Config(), resume=False)

@@ -60,6 +60,15 @@ def test_the_params_table_has_one_well_formed_line_per_row_each_size_in_its_colu
     assert [c6[name] for name in sizes] == ["4", "128", "128", "1", "2", "2"]  # d_ff halved
 
 
+def test_the_params_table_has_only_the_rows_asked_for_and_refuses_unknown_ones():
+    base = sweep_base("tiny")
+    lines = table3.params_table(base, vocab_size=100, rows=["C2", "A1", "B1"]).splitlines()[2:]
+    # In the table's order; A1 states no count, so it has no line.
+    assert [_cells(line)[0] for line in lines] == ["B1", "C2"]
+    with pytest.raises(ConfigError, match="Table 3 has no row 'Z9'"):
+        table3.params_table(base, vocab_size=100, rows=["A1", "Z9"])
+
+
 def test_the_count_without_weights_is_the_built_models_number_of_weights():
     config = sweep_base("tiny")
     model = build_model(config.model, SimpleNamespace(size=100, pad=0))  # real weights

@@ -151,7 +151,7 @@ def test_a_saved_model_loads_with_identical_outputs(toy_data, tmp_path):
 
 def test_resume_with_a_different_model_is_refused(toy_data, tmp_path):
     _trainer(toy_config(**{"train.max_steps": 10}), toy_data, tmp_path / "run").run()
-    with pytest.raises(TrainingError, match="different configuration"):
+    with pytest.raises(TrainingError, match=r"different configuration \(model\.d_ff \d+ -> 128\)"):
         _trainer(toy_config(**{"model.d_ff": 128}), toy_data, tmp_path / "run", resume=True)
     # only when to stop may change: the schedule, say, may not
     only_limits = r"only train\.max_steps, max_epochs and max_minutes may change"

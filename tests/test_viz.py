@@ -70,6 +70,13 @@ def test_a_sentence_is_read_as_translate_reads_it_without_the_spaces_around_it(t
     )
 
 
+def test_an_empty_sentence_is_refused_not_drawn(tmp_path):
+    translator = _translator("transformer", tmp_path)
+    for sentence in ("", " \t "):
+        with pytest.raises(ValueError, match="the sentence is empty"):
+            sentence_attention(translator, sentence)
+
+
 def test_the_search_settings_asked_for_make_the_translation(tmp_path, monkeypatch):
     capture_module = importlib.import_module(
         "transduce.viz.capture"

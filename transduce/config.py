@@ -206,6 +206,8 @@ class TrainConfig:
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")
         _require(self.accumulate > 0, "train.accumulate must be positive")
         _require(self.max_steps > 0, "train.max_steps must be positive")
+        _require(self.max_epochs >= 0, "train.max_epochs must be >= 0 (0: no limit)")
+        _require(self.max_minutes >= 0, "train.max_minutes must be >= 0 (0: no limit)")
         _require(self.valid_every > 0, "train.valid_every must be positive")
         _require(self.log_every > 0, "train.log_every must be positive")
         _require(self.valid_beam > 0, "train.valid_beam must be positive")
@@ -360,7 +362,13 @@ def load_overrides(path: str | Path) -> dict[str, object]:
     """Flatten a YAML (or JSON) file `{train: {max_steps: 2000}}` into dotted assignments."""
     import yaml
 
-    tree = yaml.safe_load(Path(path).read_text()) or {}
+    try:
+        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or " ".join(str(error).split())
+        raise ConfigError(f"{path}{where}: not valid YAML ({problem})") from error
     _require(isinstance(tree, dict), f"{path}: expected a mapping of sections")
     flat = {}
     for section, values in tree.items():

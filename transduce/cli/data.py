@@ -98,16 +98,25 @@ def _prepare(args) -> None:
     )
 
 
+def _vocab_size(args, default: int) -> int:
+    if args.vocab_size is None:
+        return default
+    if args.vocab_size <= 0:
+        raise ValueError(f"--vocab-size must be positive, got {args.vocab_size}")
+    return args.vocab_size
+
+
 def _prepare_treebank(args):
     from ..data.ptb import prepare_treebank
 
     if args.data_dir is None:
         raise ValueError("ptb needs --data-dir (or $TRANSDUCE_DATA): the treebank is licensed")
+    vocab_size = _vocab_size(args, 16000)
     return prepare_treebank(
         args.data_dir,
         args.out,
         tags=args.tags,
-        vocab_size=args.vocab_size or 16000,
+        vocab_size=vocab_size,
         train_fraction=args.train_fraction,
         force=args.force,
     )
@@ -120,6 +129,7 @@ def _prepare_parallel(args):
 
     if not (args.src and args.tgt):
         raise ValueError(f"{args.corpus} needs --src and --tgt")
+    vocab_size = _vocab_size(args, 10000)  # before any download
     if args.corpus == "files":
         splits, tokenized = _user_files(args), args.tokenized
     else:
@@ -133,7 +143,7 @@ def _prepare_parallel(args):
     return prepare(
         splits,
         args.out,
-        vocab_size=args.vocab_size or 10000,
+        vocab_size=vocab_size,
         length_filter=LengthFilter(max_len=args.max_len, max_len_ratio=args.max_len_ratio),
         description={
             "corpus": args.corpus,

@@ -61,6 +61,7 @@ def _add_model_and_search_arguments(p) -> None:
 def _translate(args) -> None:
     from ..decoding.translate import Translator
 
+    _check_writable(args.output, args.alignments_out)
     # A bad model fails here, before any input is read.
     translator = Translator.load(args.model, args.checkpoint, args.device, int8=args.int8)
     lines = _input_lines(args.input)
@@ -83,6 +84,17 @@ def _translate(args) -> None:
             f"{i} ||| {t} ||| {s:.4f}\n" for i, hyps in enumerate(results) for t, s in hyps
         )
     _write_output(args.output, text)
+
+
+def _check_writable(*paths: Path | None) -> None:
+    """Output paths checked before the model decodes a whole file for nothing."""
+    for path in paths:
+        if path is None:
+            continue
+        if path.is_dir():
+            raise ValueError(f"{path} is a folder; name the file to write")
+        if not path.parent.is_dir():
+            raise ValueError(f"{path}: its folder {path.parent} does not exist")
 
 
 def _input_lines(path: Path | None) -> list[str]:
@@ -135,6 +147,7 @@ def _parse(args) -> None:
 
     from ..decoding.translate import Translator
 
+    _check_writable(args.output)
     translator = Translator.load(args.model, args.checkpoint, args.device)
     if translator.task.metric != "f1":
         raise ValueError(f"{args.model} was not trained to parse; use `transduce translate`")
@@ -198,5 +211,11 @@ def _evaluate(args) -> None:
         gold_tags = args.gold_tags or carries_placeholders(pair.src)
         config = TaskConfig(name=args.task, tags=not gold_tags)
     task = get_task(config)
-    for score in task.report(pair.src, pair.tgt):
+    try:
+        scores = task.report(pair.src, pair.tgt)
+    except ValueError as error:  # an unreadable tree, named "test tree N" or "gold tree N"
+        raise ValueError(
+            f"{error} (test trees: --hyp {args.hyp}, gold: --ref {args.ref})"
+        ) from error
+    for score in scores:
         sys.stdout.write(f"{score}\n")

@@ -114,7 +114,7 @@ def _sweep(args) -> None:
     if args.params_only:
         if not args.vocab_size:
             raise ValueError("--params-only needs --vocab-size")
-        sys.stdout.write(params_table(base, args.vocab_size))
+        sys.stdout.write(params_table(base, args.vocab_size, rows))
         return
     if args.data is None:
         raise ValueError("--data is required unless --params-only")

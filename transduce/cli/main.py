@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"transduce {args.verb}: interrupted" + (f": {stop}" if str(stop) else ""))
     except BrokenPipeError:  # e.g. `transduce evaluate ... | head -1`: the reader has gone
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError as error:  # a folder where a file was named, no permission, a full disk
+        where = f"{error.filename}: " if error.filename else ""
+        sys.exit(f"transduce {args.verb}: error: {where}{error.strerror or error}")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -64,9 +64,21 @@ def _add_average(verbs) -> None:
 def _average(args) -> None:
     from ..training.checkpoint import CheckpointStore, average, save
 
-    paths = CheckpointStore(args.model, keep_last=max(args.last, 1)).last_paths(args.last)
+    if args.last < 1:
+        raise ValueError(f"--last must be at least 1, got {args.last}")
+    store = CheckpointStore(args.model, keep_last=args.last)
+    if args.out.is_dir():
+        raise ValueError(f"--out {args.out} is a folder; name the file to write")
+    if args.out.resolve().parent == store.dir.resolve():  # e.g. over a step's own checkpoint
+        raise ValueError(f"--out {args.out}: name a file outside the run's checkpoints/ folder")
+    paths = store.last_paths(args.last)
     if not paths:
         raise FileNotFoundError(f"{args.model}: no checkpoints to average")
+    if len(paths) < args.last:
+        found = len(paths)
+        logger.warning(
+            "%s holds %d checkpoints: averaging those, not %d", args.model, found, args.last
+        )
     save(average(paths), args.out)
     logger.info("averaged %s into %s", ", ".join(p.name for p in paths), args.out)
 

@@ -227,9 +227,13 @@ def read_lines(path: Path | str, *, gzipped: bool | None = None) -> list[str]:
     path = Path(path)
     gzipped = path.suffix == ".gz" if gzipped is None else gzipped
     try:
-        data = gzip.decompress(path.read_bytes()) if gzipped else path.read_bytes()
+        raw = path.read_bytes()
     except FileNotFoundError as error:
         raise DataError(f"{path}: file not found") from error
+    except OSError as error:  # a folder, no permission
+        raise DataError(f"{path}: cannot read ({error.strerror or error})") from error
+    try:
+        data = gzip.decompress(raw) if gzipped else raw
     except (OSError, EOFError, zlib.error) as error:
         raise DataError(f"{path}: not a readable gzip file ({error})") from error
     return decode_lines(data, str(path))

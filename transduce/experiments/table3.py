@@ -19,7 +19,7 @@ From `base()` every row equals the preset the paper prints.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from types import SimpleNamespace
@@ -185,13 +185,15 @@ def parameters(config: Config, vocab_size: int) -> int:
         return count_parameters(build_model(config.model, SimpleNamespace(size=vocab_size, pad=0)))
 
 
-def params_table(base: Config, vocab_size: int) -> str:
-    """Markdown, one line per row of Table 3 that states a count: ours and the paper's (M)."""
+def params_table(base: Config, vocab_size: int, rows: Sequence[str] | None = None) -> str:
+    """Markdown, one line per row of Table 3 that states a count (of `rows`, default all):
+    ours and the paper's (M)."""
+    chosen = set(ROW_NAMES if rows is None else (row(name).name for name in rows))
     lines = [
         "| row | N | d_model | d_ff | h | d_k | d_v | parameters (M) | paper (M) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for line in (r for r in ROWS if r.params_m is not None):
+    for line in (r for r in ROWS if r.params_m is not None and r.name in chosen):
         try:
             config = row_config(base, line.name)
         except CannotScale as error:

@@ -8,7 +8,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .hf import HF_ARCHITECTURES, export_hf
+from .hf import HF_ARCHITECTURES, check_replaceable, export_hf
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +19,8 @@ def export_ctranslate2(
     """Through the Hugging Face export, CTranslate2's converter; `quantize` e.g. "int8"."""
     import ctranslate2
 
+    # The converter deletes `out` first (`force`): only an earlier conversion may be there.
+    check_replaceable(out, ("model.bin", "vocab.model"), "CTranslate2")
     with tempfile.TemporaryDirectory() as hf_dir, _our_conventions():
         export_hf(model, Path(hf_dir), checkpoint)
         converter = ctranslate2.converters.TransformersConverter(hf_dir)

@@ -26,7 +26,21 @@ logger = logging.getLogger(__name__)
 
 
 class ExportError(ValueError):
-    """This model cannot be expressed in the target format; the message says why."""
+    """This model cannot be expressed in the target format, or not written where asked; the
+    message says why."""
+
+
+def check_replaceable(out: Path, markers: tuple[str, ...], kind: str) -> None:
+    """An export writes a whole folder: a new or empty one, or an earlier export of the same
+    kind (the files `markers`), which it replaces; never a folder of other files."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} is a file; --out names the folder to write")
+    if out.is_dir() and any(out.iterdir()) and not all((out / m).exists() for m in markers):
+        raise ExportError(
+            f"{out} holds files that are not a {kind} export, which the export would replace: "
+            "name a new or empty folder"
+        )
 
 
 def export_hf(model: Path, out: Path, checkpoint: Path | None = None) -> Path:
@@ -37,6 +51,7 @@ def export_hf(model: Path, out: Path, checkpoint: Path | None = None) -> Path:
     """
     import transformers
 
+    check_replaceable(out, HF_EXPORT_FILES, "Hugging Face")
     saved = load_model(model, checkpoint)
     config, vocab = _exportable(saved), saved.vocab
     config_class, model_class = HF_ARCHITECTURES[config.pre_norm]
@@ -56,6 +71,9 @@ def export_hf(model: Path, out: Path, checkpoint: Path | None = None) -> Path:
     logger.info("exported %s to %s (Hugging Face %s)", saved.path, out, model_class)
     return Path(out)
 
+
+# Files every Hugging Face export of ours holds: a folder with them may be exported over.
+HF_EXPORT_FILES = ("config.json", "model.safetensors", "source.spm")
 
 # The Hugging Face (config, model) classes that compute our function, by `model.pre_norm`.
 HF_ARCHITECTURES = {

@@ -256,8 +256,8 @@ def score_sentence(
     gold: Tree | str, test: Tree | str | None, params: EvalbParams = COLLINS, id: int = 1
 ) -> SentenceScore:
     """EVALB's verdict on one sentence. A Tree is scored as its one-line string."""
-    g = _read_line(_as_line(gold), params)
-    t = _read_line(_as_line(test), params)
+    g = _read_side(gold, "gold", id, params)
+    t = _read_side(test, "test", id, params)
     fail = SentenceScore(id, g.length, ERROR, 0, 0, 0, 0, 0, 0)
     if not t.words:
         return replace(fail, status=SKIP)
@@ -279,6 +279,13 @@ def score_sentence(
         words=len(g.words),
         correct_tags=correct,
     )
+
+
+def _read_side(tree: Tree | str | None, side: str, id: int, params: EvalbParams):
+    try:
+        return _read_line(_as_line(tree), params)
+    except EvalbInputError as error:
+        raise EvalbInputError(f"{side} tree {id}: {error}") from error
 
 
 def _match(gold: list, test: list, params: EvalbParams) -> int:
@@ -329,8 +336,9 @@ def evalb(
     result = EvalbResult(cutoff_len=params.cutoff_len)
     for number, (g, t) in enumerate(zip(gold, test, strict=True), start=1):
         if gold_tags and t:
-            g_tree = parse_tree(g) if isinstance(g, str) else g
-            t = substitute_tags(parse_tree(t) if isinstance(t, str) else t, g_tree)
+            g_tree = parse_tree(g, f"gold tree {number}") if isinstance(g, str) else g
+            t_tree = parse_tree(t, f"test tree {number}") if isinstance(t, str) else t
+            t = substitute_tags(t_tree, g_tree)
         _add(result, score_sentence(g, t, params, number), params)
     return result
 

@@ -34,6 +34,8 @@ def _check(hypotheses: list[str], references: list[str]) -> None:
         raise ValueError(
             f"{len(hypotheses)} hypotheses but {len(references)} references: one line each"
         )
+    if not hypotheses:
+        raise ValueError("no hypotheses to score: a corpus score needs at least one line")
 
 
 def bleu(

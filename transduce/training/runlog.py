@@ -3,6 +3,7 @@ log (mirrored to TensorBoard when it is installed), throughput, and the learning
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -20,11 +21,15 @@ class RunFolderError(RuntimeError):
     """The run folder cannot be used; the message says why."""
 
 
+LOG_FILE = "log.jsonl"
+WRITE_PROBE = ".write-test"
+
+
 def check_writable(run_dir: Path) -> None:
     """Refuse before training, not after an hour, when checkpoints could not be written."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
+        probe = run_dir / WRITE_PROBE
         probe.write_bytes(b"x" * 1024)
         probe.unlink()
     except OSError as error:
@@ -38,19 +43,73 @@ def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
     """On resume only when to stop may change; without resume the folder must hold no run."""
     saved = run_dir / "config.json"
     if resume and saved.exists():
-        raw = json.loads(saved.read_text())
+        raw = _run_config(run_dir)
         previous = Config.from_dict(raw)
         if "task" not in raw:  # written before runs recorded their task: the data's stands
             previous = replace(previous, task=config.task)
         limits = ("max_steps", "max_epochs", "max_minutes")
         same = replace(previous.train, **{k: getattr(config.train, k) for k in limits})
         if replace(previous, train=same) != config:
+            changes = _changes(replace(previous, train=same), config)
             raise RunFolderError(
-                f"{saved}: --resume with a different configuration; only train.max_steps, "
-                "max_epochs and max_minutes may change"
+                f"{saved}: --resume with a different configuration ({changes}); only "
+                "train.max_steps, max_epochs and max_minutes may change"
             )
     elif not resume and (run_dir / "checkpoints").exists():
         raise RunFolderError(f"{run_dir} already holds a run: pass --resume or a new --out")
+    else:
+        _check_started_run_only(run_dir)
+
+
+def _changes(before: Config, after: Config) -> str:
+    """'model.d_ff 256 -> 128, ...': each setting that differs, by its --set name."""
+    old, new = _flat(dataclasses.asdict(before)), _flat(dataclasses.asdict(after))
+    changed = [key for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
+    return ", ".join(f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in changed)
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+# What a run writes before its first checkpoint (config.json first): a folder holding only these
+# is a start that failed, which a new run may take over.
+STARTED_RUN_FILES = {"config.json", "data.json", LOG_FILE, "vocab.model", "tensorboard"}
+
+
+def _check_started_run_only(run_dir: Path) -> None:
+    """Refuse a folder of the user's own files, which a new run would overwrite."""
+    entries = {p.name for p in run_dir.iterdir()} - {WRITE_PROBE} if run_dir.is_dir() else set()
+    if not entries:
+        return
+    foreign = sorted(entries - STARTED_RUN_FILES)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise RunFolderError(
+            f"{run_dir} holds files that are not a run's ({shown}): name a new --out"
+        )
+    if "config.json" in entries:
+        _run_config(run_dir)
+
+
+def _run_config(run_dir: Path) -> dict:
+    """The run's config.json as a dict that makes a Config; else the folder is not a run's."""
+    saved = run_dir / "config.json"
+    try:
+        raw = json.loads(saved.read_text(encoding="utf-8"))
+        Config.from_dict(raw)
+    except (OSError, ValueError) as error:  # ConfigError and JSONDecodeError are ValueErrors
+        raise RunFolderError(
+            f"{saved}: not a run's config.json that this transduce reads ({error}); "
+            "name a new --out"
+        ) from error
+    return raw
 
 
 def write_run_folder(run_dir: Path, config: Config, data: PreparedData, resume: bool) -> None:
@@ -62,9 +121,6 @@ def write_run_folder(run_dir: Path, config: Config, data: PreparedData, resume: 
     (run_dir / "data.json").write_text(json.dumps(data.meta, indent=2))
     if not resume:
         keep_log_until(run_dir / LOG_FILE, 0)
-
-
-LOG_FILE = "log.jsonl"
 
 
 class RunLog:

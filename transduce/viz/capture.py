@@ -78,6 +78,8 @@ def sentence_attention(
 ) -> SentenceAttention:
     """The attention of `translator`'s model on `sentence` and `target` (default: the model's
     own best translation, as beam search made it)."""
+    if not sentence.strip():
+        raise ValueError("the sentence is empty: there is no attention to draw")
     vocab = translator.vocab
     src_ids = vocab.encode([sentence.strip()])[0]
     if target is None:
