@@ -279,3 +279,18 @@ def test_the_cut_is_greedy_no_two_neighbouring_batches_would_fit_together(one_so
         for first, second in itertools.pairwise(group):
             both = first + second
             assert max(src[both].max(), tgt[both].max()) + 1 > 400 // len(both), (first, second)
+
+
+def test_a_length_that_fills_exactly_half_the_budget_keeps_its_batch_to_itself():
+    """A length's sentences close their batch once they hold half the budget: four sources of
+    2 tokens (eos counted) are 2 x 2 x 4 = 16 = the budget, so the next length's sentence, which
+    would still fit (3 x 5 = 15), starts a batch of its own and the first batch stays unpadded.
+    One sentence fewer (under half) joins the next length's batch, padded."""
+    half = TokenBatchSampler(
+        [1, 1, 1, 1, 2], [0] * 5, max_tokens=16, one_source_length=True, shuffle=False
+    )
+    assert half.batches(0) == [[0, 1, 2, 3], [4]]
+    under = TokenBatchSampler(
+        [1, 1, 1, 2], [0] * 4, max_tokens=16, one_source_length=True, shuffle=False
+    )
+    assert under.batches(0) == [[0, 1, 2, 3]]

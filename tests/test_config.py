@@ -157,6 +157,7 @@ REFUSED = {
     "train.compile": "maybe",
     "decode.beam_size": "0",
     "decode.alpha": "-0.1",
+    "decode.max_len_a": "-0.5",
     "decode.max_len_b": "0",
     "decode.n_best": "5",  # above decode.beam_size
     "decode.batch_size": "0",
@@ -243,3 +244,10 @@ def test_every_field_is_of_a_type_an_override_can_read():
     for section in (*MODEL_FAMILIES.values(), DataConfig, TrainConfig, DecodeConfig, TaskConfig):
         kinds = set(typing.get_type_hints(section).values())
         assert kinds <= {int, float, str, bool}, (section.__name__, kinds)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("1", True), ("0", False), ("TRUE", True), ("false", False)]
+)
+def test_a_boolean_set_as_1_or_0_is_read_as_true_or_false(raw, expected):
+    assert override(base(), {"model.pre_norm": raw}).model.pre_norm is expected

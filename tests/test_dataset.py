@@ -285,3 +285,36 @@ def test_mismatched_input_names_both_files(tmp_path, splits):
     with pytest.raises(DataError) as error:
         run_prepare(splits, tmp_path / "prep")
     assert str(splits["dev"][0]) in str(error.value) and str(splits["dev"][1]) in str(error.value)
+
+
+SWAP_EN = ["a dog runs", "the man walks over the field", "a woman", "the green field"]
+SWAP_DE = ["ein hund läuft", "der mann geht über das feld", "eine frau", "das grüne feld"]
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_bytes(gzip.compress("".join(line + "\n" for line in lines).encode()))
+    return path
+
+
+def test_swapping_source_and_target_files_rebuilds_the_folder(tmp_path):
+    """The same two files the other way round are another dataset (de->en, not en->de): the
+    fingerprint must tell them apart, or `prepare` would load the en->de folder for de->en."""
+    en = _write(tmp_path / "train.en.gz", SWAP_EN * 10)
+    de = _write(tmp_path / "train.de.gz", SWAP_DE * 10)
+    dev_en, dev_de = (
+        _write(tmp_path / "dev.en.gz", SWAP_EN),
+        _write(tmp_path / "dev.de.gz", SWAP_DE),
+    )
+    options = {
+        "vocab_size": 60,
+        "length_filter": LengthFilter(max_len=40),
+        "description": {"corpus": "toy"},
+    }
+    out = tmp_path / "prep"
+    forward = prepare({"train": (en, de), "dev": (dev_en, dev_de)}, out, **options)
+    backward = prepare({"train": (de, en), "dev": (dev_de, dev_en)}, out, **options)
+    assert backward.meta["fingerprint"] != forward.meta["fingerprint"]
+    assert backward.meta["splits"]["train"]["src_file"] == str(de)
+    assert backward.text("dev").src == SWAP_DE
+    src, tgt = backward.split("train").pair(0)
+    assert backward.vocab.decode([src.tolist(), tgt.tolist()]) == [SWAP_DE[0], SWAP_EN[0]]

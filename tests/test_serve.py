@@ -40,6 +40,7 @@ def test_a_limit_that_is_not_positive_or_a_port_out_of_range_is_refused_naming_i
 
 
 LOOPBACK = ServeSettings(port=0)
+JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -504,3 +505,29 @@ def _answers(address: str) -> bool:
         return httpx.get(address).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_body_of_exactly_the_limit_is_served_declared_or_chunked(engine):
+    body = b'{"text": "the dog"' + b" " * 200 + b"}"
+    settings = replace(LOOPBACK, max_body_bytes=len(body))
+    over = body[:-1] + b" }"
+
+    def chunked(data: bytes):
+        return iter([data[i : i + 50] for i in range(0, len(data), 50)])
+
+    with Background(engine, settings) as url, httpx.Client(base_url=url, timeout=60) as client:
+        assert client.post("/v1/translate", content=body, headers=JSON).status_code == 200
+        assert client.post("/v1/translate", content=chunked(body), headers=JSON).status_code == 200
+        assert client.post("/v1/translate", content=over, headers=JSON).status_code == 413
+        assert client.post("/v1/translate", content=chunked(over), headers=JSON).status_code == 413
+
+
+def test_a_beam_and_a_max_len_b_of_exactly_the_limit_are_served(engine):
+    settings = replace(LOOPBACK, max_beam=3, max_len_b=4)
+    with Background(engine, settings) as url, httpx.Client(base_url=url, timeout=60) as client:
+        at_limit = {"text": "the dog", "beam_size": 3, "max_len_b": 4}
+        assert client.post("/v1/translate", json=at_limit).status_code == 200
+        over_beam = {"text": "the dog", "beam_size": 4}
+        assert client.post("/v1/translate", json=over_beam).status_code == 422
+        over_len = {"text": "the dog", "max_len_b": 5}
+        assert client.post("/v1/translate", json=over_len).status_code == 422

@@ -516,3 +516,14 @@ def test_a_folder_that_is_not_prepared_data_fails_before_any_run(tmp_path):
     with pytest.raises(ValueError, match="not a prepared dataset"):
         sweep(tmp_path / "empty", tmp_path / "out", sweep_base("tiny", steps=4), rows=["base"])
     assert not (tmp_path / "out").exists()  # no run trained, no report of failed runs
+
+
+def test_more_jobs_than_cores_still_gives_each_run_one_thread_not_torchs_default(monkeypatch):
+    """train.threads 0 means torch's default (every core): with 4 runs on 2 cores each run must
+    get 1, not 2 // 4 = 0."""
+    monkeypatch.setattr(sweep_module.os, "cpu_count", lambda: 2)
+    config = preset("tiny")
+    assert config.train.threads == 0
+    assert sweep_module._with_threads(config, 4).train.threads == 1
+    assert sweep_module._with_threads(config, 2).train.threads == 1
+    assert sweep_module._with_threads(config, 1) == config

@@ -267,3 +267,13 @@ def test_every_sample_tree_survives_linearize_and_restore(data_dir):
         for tree in trees:
             assert_restores(tree)
             assert "-NONE-" not in str(tree) and "-SBJ" not in str(tree)
+
+
+def test_a_bare_closer_closes_its_bracket_without_counting_as_a_repair():
+    """`)` without a label closes the innermost bracket as `)NP` would: the tree is well formed,
+    so it is not counted among the repaired outputs; a wrong label is."""
+    tree, repaired = restore(["(S", "(NP", "NN", ")", "VBZ", ")"], ["dog", "runs"])
+    assert tree == parse_tree("(S (NP (NN dog)) (VBZ runs))")
+    assert not repaired
+    _, repaired = restore(["(S", "(NP", "NN", ")VP", "VBZ", ")S"], ["dog", "runs"])
+    assert repaired

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from transduce.cli import main
+from transduce.viz import figures as figures_module
 from transduce.viz import views
 from transduce.viz.capture import SentenceAttention, best_translations, capture, sentence_attention
 from transduce.viz.page import fill, render_page, script_json
@@ -244,7 +245,7 @@ def test_lines_go_from_each_query_above_to_its_keys_below_one_colour_a_head(monk
     weights[0, 0, 2], weights[0, 2, 0], weights[0, 1, 1] = 0.9, 0.3, 0.04  # the last too faint
     weights[1, 1, 0] = 0.5
     drawn = []
-    monkeypatch.setattr(figures, "_save", lambda figure, path: drawn.append(figure) or path)
+    monkeypatch.setattr(figures_module, "_save", lambda figure, path: drawn.append(figure) or path)
     figures.lines_figure(weights, ["a", "b", "c"], 0, Path("lines.png"))
     colours = [figures.head_colour(0), figures.head_colour(1)]
     assert colours[0] != colours[1]
@@ -450,3 +451,18 @@ def test_the_attention_verb_draws_another_model_beside(tmp_path, capsys):
           "--beside", str(other)])  # fmt: skip
     printed = capsys.readouterr().out.split()
     assert printed[-1] == str(tmp_path / "o/cross_side_by_side.png") and Path(printed[-1]).exists()
+
+
+def test_side_by_side_panels_draw_target_rows_and_source_columns(monkeypatch):
+    drawn = []
+    monkeypatch.setattr(figures_module, "_save", lambda figure, path: drawn.append(figure) or path)
+    weights = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])  # (2 targets, 3 sources)
+    queries, keys = ["t0", "t1"], ["s0", "s1", "s2"]
+    other = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5]])
+    panels = [(weights, queries, keys, "A"), (other, queries, keys, "B")]
+    figures_module.side_by_side_figure(panels, Path("side.png"), "title")
+    axes = drawn[0].axes
+    for ax, expected in zip(axes[:2], (weights, other), strict=True):
+        assert torch.equal(torch.tensor(ax.images[0].get_array()), expected)
+        assert [t.get_text() for t in ax.get_xticklabels()] == keys  # columns: the source
+        assert [t.get_text() for t in ax.get_yticklabels()] == queries  # rows: the target

@@ -237,7 +237,8 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         _require(self.beam_size > 0, "decode.beam_size must be positive")
         _require(self.alpha >= 0, "decode.alpha must be >= 0")
-        _require(self.max_len_a >= 0 and self.max_len_b > 0, "decode.max_len_b must be positive")
+        _require(self.max_len_a >= 0, "decode.max_len_a must be >= 0")
+        _require(self.max_len_b > 0, "decode.max_len_b must be positive")
         _require(0 < self.n_best <= self.beam_size, "decode.n_best must be in 1..beam_size")
         _require(self.batch_size > 0, "decode.batch_size must be positive")
 
