@@ -161,3 +161,71 @@ def test_a_full_queue_refuses_what_would_not_fit_and_a_withdrawal_frees_its_room
         return batcher.queued
 
     assert asyncio.run(scenario()) == (2, 2)
+
+
+def test_jobs_that_fill_the_token_budget_exactly_are_taken_together_at_once():
+    """The budget is inclusive: 5 + 5 tokens of a 10-token budget are one batch, taken without
+    waiting out batch_wait_ms (a minute here, which the test would otherwise sit through)."""
+    calls: list = []
+
+    async def scenario():
+        batcher = Batcher(ServeSettings(batch_tokens=10, batch_wait_ms=60_000), Metrics())
+        run = _recorder(calls, "k")
+        jobs = [_job(1, "k", run, 5), _job(2, "k", run, 5), _job(3, "k", run, 1)]
+        for job in jobs:
+            batcher.submit(job)
+        await _drained(batcher, jobs[:2])
+        return [job.future.result() for job in jobs[:2]]
+
+    assert asyncio.run(scenario()) == ["k:1", "k:2"]
+    assert calls[0] == ("k", [1, 2])
+
+
+def test_one_take_is_one_batch_in_the_metrics_whatever_groups_it_splits_into():
+    """Jobs taken together count as one batch of all their sentences, though jobs of other
+    settings run as calls of their own; a job dropped before decoding is not counted."""
+    calls: list = []
+
+    async def scenario():
+        metrics = Metrics()
+        batcher = Batcher(ServeSettings(batch_tokens=100, batch_wait_ms=20), metrics)
+        jobs = [_job(1, "a", _recorder(calls, "a")), _job(2, "b", _recorder(calls, "b"))]
+        jobs.append(_job(3, "a", _recorder(calls, "a")))
+        expired = _job(4, "c", _recorder(calls, "c"), timeout=-1.0)
+        for job in (*jobs, expired):
+            batcher.submit(job)
+        await _drained(batcher, jobs)
+        return metrics
+
+    metrics = asyncio.run(scenario())
+    assert calls == [("a", [1, 3]), ("b", [2])]
+    assert (metrics.batch_count, metrics.batch_sentences) == (1, 3)
+    assert metrics.batches[2] == 0 and metrics.batches[4] == 1
+    assert metrics.dropped == {"timeout": 1}
+
+
+def test_a_call_that_answers_the_wrong_number_of_jobs_fails_them_and_the_worker_lives_on():
+    """One result for two jobs is a bug in the decoder: both requests are told, not left to
+    their deadlines by a worker thread that died on it."""
+    calls: list = []
+
+    def one_short(payloads):
+        calls.append(("short", list(payloads)))
+        return ["only one"]
+
+    async def scenario():
+        batcher = Batcher(ServeSettings(batch_wait_ms=20), Metrics())
+        short = [_job("x", "s", one_short), _job("y", "s", one_short)]
+        for job in short:
+            batcher.submit(job)
+        batcher.start()
+        await asyncio.wait([job.future for job in short], timeout=5)
+        after = _job("z", "k", _recorder(calls, "k"))
+        batcher.submit(after)
+        await asyncio.wait([after.future], timeout=5)
+        batcher.stop()
+        return [job.future.exception() for job in short], after.future.result()
+
+    errors, after = asyncio.run(scenario())
+    assert all(isinstance(e, RuntimeError) and "1 results for 2 jobs" in str(e) for e in errors)
+    assert after == "k:z"

@@ -512,3 +512,12 @@ def test_the_pipeline_on_real_multi30k(data_dir, tmp_path):
         5,
     )
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
+
+
+def test_set_wins_over_the_config_file_which_wins_over_the_preset(tmp_path):
+    """--preset, then --config FILE.yaml, then --set: the later one decides a setting both give."""
+    yaml = tmp_path / "run.yaml"
+    yaml.write_text("train: {seed: 5, warmup_steps: 123}\n")
+    train = ["train", "--data", "d", "--out", "o", "--preset", "tiny", "--config", str(yaml)]
+    config = config_from(_parser().parse_args([*train, "--set", "train.seed=9"]))
+    assert (config.train.seed, config.train.warmup_steps) == (9, 123)

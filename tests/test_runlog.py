@@ -3,7 +3,8 @@ import time
 
 import pytest
 
-from transduce.config import Config
+from transduce.config import Config, override
+from transduce.tasks.translation import scoring
 from transduce.training.runlog import (
     RunFolderError,
     Window,
@@ -107,3 +108,29 @@ def test_a_new_run_takes_over_a_start_that_failed_before_its_first_checkpoint(tm
     for folder in (started, tmp_path / "empty", tmp_path / "absent"):
         (tmp_path / "empty").mkdir(exist_ok=True)
         check_same_run(folder, Config(), resume=False)
+
+
+def test_a_refused_resume_names_every_setting_that_changed(tmp_path):
+    """The message lists each change by its --set name, not only the first one found."""
+    (tmp_path / "config.json").write_text(Config().to_json())
+    changed = override(Config(), {"model.d_ff": 96, "train.warmup_steps": 99})
+    with pytest.raises(RunFolderError) as refused:
+        check_same_run(tmp_path, changed, resume=True)
+    message = str(refused.value)
+    assert "model.d_ff" in message and "-> 96" in message
+    assert "train.warmup_steps" in message and "-> 99" in message
+
+
+def test_a_run_written_before_runs_recorded_their_task_resumes_with_its_datas_task(tmp_path):
+    """A config.json without a task section (version 0.1) takes the task of the data it is
+    resumed on: tokenized data's lowercased BLEU is no change of configuration."""
+    tokenized = Config(task=scoring(True))
+    assert tokenized.task != Config().task  # the case where the default would differ
+    legacy = json.loads(tokenized.to_json())
+    del legacy["task"]
+    (tmp_path / "config.json").write_text(json.dumps(legacy))
+    check_same_run(tmp_path, tokenized, resume=True)
+    # a config.json that records its task still holds the resume to it
+    (tmp_path / "config.json").write_text(Config().to_json())
+    with pytest.raises(RunFolderError, match=r"task\.lowercase False -> True"):
+        check_same_run(tmp_path, tokenized, resume=True)

@@ -4,12 +4,14 @@ decoding process that dies is replaced while the server keeps serving."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -155,3 +157,29 @@ def test_a_model_that_cannot_be_loaded_is_reported_by_the_server_process(tmp_pat
 
     with pytest.raises(CheckpointError, match=r"broken\.pt: not a transduce checkpoint"):
         DecoderProcess(broken)  # the child's error, as `serve` prints it before listening
+
+
+@pytest.mark.parametrize("threads", [None, 3])
+def test_the_decoding_process_sets_torchs_threads_as_asked_before_it_loads(monkeypatch, threads):
+    """`--threads N` reaches the child: it sets torch's thread count (only when given) before it
+    loads the model, then sends the model's facts. Run in this process, with a stand-in model."""
+    import torch
+
+    import transduce.serve.worker as worker
+
+    order: list = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: order.append(("threads", n)))
+    engine = SimpleNamespace(facts="the facts")
+    monkeypatch.setattr(
+        worker.Engine, "load", staticmethod(lambda *given: order.append(("load", given)) or engine)
+    )
+    ours, theirs = multiprocessing.Pipe()
+    ours.send(None)  # stop as soon as it has loaded
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        worker._decode_forever(theirs, "m.pt", "cpu", False, threads)
+    finally:
+        signal.signal(signal.SIGINT, before)  # the child ignores Ctrl-C; this process must not
+    assert ours.recv() == ("ok", "the facts")
+    load = ("load", ("m.pt", "cpu", False))
+    assert order == ([("threads", 3), load] if threads else [load])

@@ -143,7 +143,9 @@ class Batcher:
 
     def _run(self, group: list[Job]) -> None:
         try:
-            results = group[0].run([job.payload for job in group])
+            results = list(group[0].run([job.payload for job in group]))
+            if len(results) != len(group):
+                raise RuntimeError(f"{len(results)} results for {len(group)} jobs")
         except Exception as error:  # the worker lives on; each request is told
             logger.exception("decoding failed")
             for job in group:
