@@ -43,14 +43,14 @@ def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
     """On resume only when to stop may change; without resume the folder must hold no run."""
     saved = run_dir / "config.json"
     if resume and saved.exists():
-        raw = _run_config(run_dir)
-        previous = Config.from_dict(raw)
+        raw, previous = _run_config(run_dir)
         if "task" not in raw:  # written before runs recorded their task: the data's stands
             previous = replace(previous, task=config.task)
         limits = ("max_steps", "max_epochs", "max_minutes")
         same = replace(previous.train, **{k: getattr(config.train, k) for k in limits})
-        if replace(previous, train=same) != config:
-            changes = _changes(replace(previous, train=same), config)
+        previous = replace(previous, train=same)
+        if previous != config:
+            changes = _changes(previous, config)
             raise RunFolderError(
                 f"{saved}: --resume with a different configuration ({changes}); only "
                 "train.max_steps, max_epochs and max_minutes may change"
@@ -63,19 +63,17 @@ def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
 
 def _changes(before: Config, after: Config) -> str:
     """'model.d_ff 256 -> 128, ...': each setting that differs, by its --set name."""
-    old, new = _flat(dataclasses.asdict(before)), _flat(dataclasses.asdict(after))
+    old, new = _settings(before), _settings(after)
     changed = [key for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
     return ", ".join(f"{key} {old.get(key)!r} -> {new.get(key)!r}" for key in changed)
 
 
-def _flat(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+def _settings(config: Config) -> dict[str, object]:
+    """{"section.name": value}: a Config's sections hold plain values."""
+    tree = dataclasses.asdict(config)
+    return {
+        f"{section}.{name}": v for section, values in tree.items() for name, v in values.items()
+    }
 
 
 # What a run writes before its first checkpoint (config.json first): a folder holding only these
@@ -98,18 +96,18 @@ def _check_started_run_only(run_dir: Path) -> None:
         _run_config(run_dir)
 
 
-def _run_config(run_dir: Path) -> dict:
-    """The run's config.json as a dict that makes a Config; else the folder is not a run's."""
+def _run_config(run_dir: Path) -> tuple[dict, Config]:
+    """The run's config.json, as written and as a Config; else the folder is not a run's."""
     saved = run_dir / "config.json"
     try:
         raw = json.loads(saved.read_text(encoding="utf-8"))
-        Config.from_dict(raw)
+        config = Config.from_dict(raw)
     except (OSError, ValueError) as error:  # ConfigError and JSONDecodeError are ValueErrors
         raise RunFolderError(
             f"{saved}: not a run's config.json that this transduce reads ({error}); "
             "name a new --out"
         ) from error
-    return raw
+    return raw, config
 
 
 def write_run_folder(run_dir: Path, config: Config, data: PreparedData, resume: bool) -> None:
