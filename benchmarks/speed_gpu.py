@@ -80,7 +80,7 @@ def choose_attention_kernel(name: str | None) -> None:
     named. Set in the model's code rather than around the call, so that the compiled layers
     trace it (an `sdpa_kernel` around them would be overridden by the model's own)."""
     if name in SDPA_BACKENDS:
-        attention.GPU_KERNELS = attention.GPU_KERNELS_UNMASKED = [SDPA_BACKENDS[name]]
+        attention.GPU_KERNELS = attention.GPU_KERNELS_TRAINING = [SDPA_BACKENDS[name]]
 
 
 def loss_of_whole_logits(hidden, weight, target, eps: float, pad: int, fused: bool = False):

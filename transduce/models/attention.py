@@ -23,13 +23,14 @@ from .matmul import Linear, linear
 # for a shape seen before, and token-bucketed batches bring new shapes at nearly every update
 # (WMT-like lengths: `big` 247 ms an update on new shapes, 130 ms on seen ones; SPEED.md, GPU).
 GPU_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-# Training's attention over every key, no mask and not causal (batches without source padding,
-# `training.loss.MASK_FREE_DEVICES`), may not take flash: there it cost 1.1-1.9x the
-# memory-efficient kernel's time a call (bf16, forward and backward, h = 8 and 16; SPEED.md,
-# session 31). The decoder's causal self-attention keeps flash (`big`'s update 0.87x as fast with
-# none but the other kernel; SPEED.md, session 34), and so does decoding, not measured there.
-# `sdpa_kernel` reads the lists as sets.
-GPU_KERNELS_UNMASKED = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+# Training's attention may not take flash. Without a mask and over every key, flash cost 1.1-1.9x
+# the memory-efficient kernel's time a call (bf16, forward and backward, h = 8 and 16; SPEED.md,
+# session 31). In the decoder's causal self-attention at WMT's lengths flash took 2.2 ms a layer
+# of `big` (forward and backward; 0.8 ms a non-causal call on the other kernel), and the update
+# was 1.035x as fast without it (H200, the same machine; SPEED.md, session 43). A masked
+# call could not take flash anyway. Decoding keeps it (not measured there). `sdpa_kernel` reads
+# the lists as sets.
+GPU_KERNELS_TRAINING = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 # The longest span (queries or keys) that CPU training attends to with the explicit formula.
@@ -47,13 +48,13 @@ def _plain(layers: tuple[nn.Module, ...]) -> bool:
     return all(type(layer) is Linear and layer.bias is not None for layer in layers)
 
 
-def fused_kernels(device: torch.device, unmasked: bool = False) -> AbstractContextManager:
+def fused_kernels(device: torch.device, training: bool = False) -> AbstractContextManager:
     """Where `scaled_dot_product_attention` on `device` may choose from: on a GPU `GPU_KERNELS`,
-    or `GPU_KERNELS_UNMASKED` for an `unmasked` call (training, no mask, not causal). Entered in
-    the code that calls it, so that a compiled graph holds the choice too."""
+    or `GPU_KERNELS_TRAINING` for a call in training. Entered in the code that calls it, so that
+    a compiled graph holds the choice too."""
     if device.type != "cuda":
         return nullcontext()
-    return sdpa_kernel(GPU_KERNELS_UNMASKED if unmasked else GPU_KERNELS)
+    return sdpa_kernel(GPU_KERNELS_TRAINING if training else GPU_KERNELS)
 
 
 def padding_mask(tokens: Tensor, pad: int) -> Tensor:
@@ -236,8 +237,7 @@ class MultiHeadAttention(nn.Module):
             out, weights = attention_reference(q, k, v, mask, dropout)
             weights = weights if need_weights else None
         else:
-            unmasked = self.training and mask is None and not is_causal
-            with fused_kernels(q.device, unmasked):
+            with fused_kernels(q.device, self.training):
                 out = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
                 )

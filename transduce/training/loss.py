@@ -63,7 +63,7 @@ def _compiled_sums():
 
 # The devices on which training attends over a batch without source padding without a mask
 # (`Batch.src_padded`; `data.one_source_length` makes nearly every batch so). GPUs: on an H200,
-# with the memory-efficient kernel for unmasked attention (`models.attention.GPU_KERNELS_UNMASKED`),
+# with the memory-efficient kernel for unmasked attention (`models.attention.GPU_KERNELS_TRAINING`),
 # `big`'s update 1.04x and `base`'s 1.16x the masked one's speed (SPEED.md, session 34). Not the
 # CPU: there the update was 0.99x (session 29).
 MASK_FREE_DEVICES: set[str] = {"cuda"}
