@@ -4,6 +4,7 @@ decoding process that dies is replaced while the server keeps serving."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -24,7 +25,7 @@ from transduce.serve.settings import ServeSettings  # noqa: E402
 from transduce.serve.worker import DecoderProcess, _decode_forever, _picklable  # noqa: E402
 
 from .conftest import save_toy_model  # noqa: E402
-from .serving import DECODE, sentences  # noqa: E402
+from .serving import DECODE, metric, sentences  # noqa: E402
 
 LOOPBACK = ServeSettings(port=0, batch_wait_ms=50)
 DIES_ONCE = "TRANSDUCE_TEST_DIES_ONCE"  # a file: the first child to be given work makes it, dies
@@ -106,6 +107,59 @@ def test_a_decoding_process_that_dies_with_work_is_replaced_and_the_server_serve
             again = c.post("/v1/translate", json={"text": "the dog runs"})
             assert again.status_code == 200 and again.json()["translations"][0]["text"]
             assert c.get("/health").json()["status"] == "ok"
+    finally:
+        decoder.close()
+
+
+HANGS_ONCE = "TRANSDUCE_TEST_HANGS_ONCE"  # a file: the first child given work makes it, then hangs
+
+
+def hangs_on_its_first_work(pipe, *spec) -> None:
+    """A child that, if it is the first to be given work, never answers it: one request too
+    costly to finish within anyone's time budget."""
+    marker = Path(os.environ[HANGS_ONCE])
+
+    class Hanging:
+        def send(self, message) -> None:
+            pipe.send(message)
+
+        def recv(self):
+            message = pipe.recv()
+            if message is not None and not marker.exists():
+                marker.touch()
+                time.sleep(600)
+            return message
+
+    _decode_forever(Hanging(), *spec)
+
+
+def test_decoding_that_every_request_has_given_up_on_is_stopped_and_the_server_serves_on(
+    model, tmp_path, monkeypatch
+):
+    """A call whose requests have all timed out does not hold the decoder: its 504 says the
+    decoding was stopped, the child is replaced, it counts as dropped, and the next request is
+    answered at once, not after the abandoned call."""
+    monkeypatch.setenv(HANGS_ONCE, str(tmp_path / "hung"))
+    decoder = DecoderProcess(model, threads=1, child_main=hangs_on_its_first_work)
+    first, settings = decoder.pid, replace(LOOPBACK, request_timeout_s=2.0)
+    try:
+        with Background(decoder, settings) as url, httpx.Client(base_url=url, timeout=60) as c:
+            try:
+                late = c.post("/v1/translate", json={"text": "the dog runs"})
+                assert late.status_code == 504, late.text
+                assert late.json()["detail"].endswith("its decoding was stopped")
+                asked, work = time.monotonic(), TranslateWork(["the dog runs"], DECODE, False)
+                assert decoder.translate([work])  # waits for the new child, not the hung one
+                assert time.monotonic() - asked < 60 and decoder.pid not in (None, first)
+                again = c.post("/v1/translate", json={"text": "the dog runs"})
+                assert again.status_code == 200 and again.json()["translations"][0]["text"]
+                dropped = metric(
+                    c.get("/metrics").text, "transduce_dropped_total", reason="timeout"
+                )
+                assert dropped == 1
+            finally:  # a failed test leaves no hung child for the server's shutdown to wait on
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(first, signal.SIGKILL)
     finally:
         decoder.close()
 

@@ -41,7 +41,7 @@ class Server:
 def create_app(engine: Engine | DecoderProcess, settings: ServeSettings | None = None) -> FastAPI:
     settings = settings or ServeSettings()
     metrics = Metrics()
-    batcher = Batcher(settings, metrics)
+    batcher = Batcher(settings, metrics, abandon=getattr(engine, "abandon", None))
     facts = engine.facts
     page = render_index(facts.name, facts.decode.beam_size, settings.max_beam)
 

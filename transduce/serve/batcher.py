@@ -5,7 +5,9 @@ share settings as one call, so concurrent requests are decoded together.
 A job's result never depends on what it was batched with: a group is one `Translator` call, which
 sorts its sentences by length and decodes them in padded batches, and batched search decodes each
 sentence as it would alone (tests/test_search.py). Work whose request has given up (its time budget
-spent, its client gone) is taken out of the queue and never decoded.
+spent, its client gone) is taken out of the queue and never decoded; a decoding call whose every
+request has given up is stopped where the decoder can be (`abandon`: a decoding process is killed
+and replaced), so that one costly request cannot hold the decoder long after its answer.
 """
 
 from __future__ import annotations
@@ -48,9 +50,17 @@ class Job:
 class Batcher:
     """The queue and its one decoding worker."""
 
-    def __init__(self, settings: ServeSettings, metrics: Metrics) -> None:
-        self.settings, self.metrics = settings, metrics
+    def __init__(
+        self,
+        settings: ServeSettings,
+        metrics: Metrics,
+        abandon: Callable[[], None] | None = None,
+    ) -> None:
+        """`abandon`: stops the decoding call in progress (from another thread), which then
+        raises; None where the decoder cannot be stopped."""
+        self.settings, self.metrics, self._abandon = settings, metrics, abandon
         self._pending: deque[Job] = deque()
+        self._running: list[Job] = []  # the group being decoded
         self._queued_sentences = 0
         self._changed = threading.Condition()
         self._closing = False
@@ -83,15 +93,26 @@ class Batcher:
             self._queued_sentences += job.sentences
             self._changed.notify_all()
 
-    def withdraw(self, job: Job, reason: str) -> None:
-        """The request has given up: drop the job if it still waits; if it is being decoded,
-        its result is thrown away."""
+    def withdraw(self, job: Job, reason: str) -> str:
+        """The request has given up. Returns what became of its work: "dropped" (it still
+        waited, or was taken but not yet begun: never decoded), "stopped" (it was being decoded
+        for no one else: the call is abandoned) or "discarded" (decoded on, for other requests
+        or by a decoder that cannot be stopped; its result thrown away)."""
         with self._changed:
             job.dropped = reason
             if job in self._pending:
                 self._pending.remove(job)
                 self._queued_sentences -= job.sentences
                 self.metrics.count_dropped(reason)
+                return "dropped"
+            if job not in self._running:
+                return "dropped"  # `_live` skips it and counts it
+            self.metrics.count_dropped(reason)
+            stop = self._abandon is not None and all(j.dropped for j in self._running)
+        if not stop:
+            return "discarded"
+        self._abandon()
+        return "stopped"
 
     def _work(self) -> None:
         while True:
@@ -142,15 +163,23 @@ class Batcher:
         return live
 
     def _run(self, group: list[Job]) -> None:
+        with self._changed:
+            self._running = group
         try:
             results = list(group[0].run([job.payload for job in group]))
             if len(results) != len(group):
                 raise RuntimeError(f"{len(results)} results for {len(group)} jobs")
         except Exception as error:  # the worker lives on; each request is told
-            logger.exception("decoding failed")
+            if all(job.dropped for job in group):  # abandoned: nobody waits to be told
+                logger.info("decoding stopped: every request waiting for it had given up")
+            else:
+                logger.exception("decoding failed")
             for job in group:
                 _settle(job, None, error)
             return
+        finally:
+            with self._changed:
+                self._running = []
         for job, result in zip(group, results, strict=True):
             _settle(job, result, None)
 

@@ -34,8 +34,15 @@ ERRORS = {
         422: "valid JSON of the wrong shape: a wrong type, an empty sentence, an option too large",
         429: "the queue is full: try again after Retry-After seconds",
         503: "the decoding process died with this request's work and was restarted: send it again",
-        504: "the request's time budget ran out; its work was dropped",
+        504: "the request's time budget ran out; its work was dropped or stopped",
     }.items()
+}
+
+# What a 504 says became of the request's work (`Batcher.withdraw`).
+WITHDRAWN = {
+    "dropped": "its work was dropped before decoding",
+    "stopped": "its decoding was stopped",
+    "discarded": "the decoding under way goes on and its result is thrown away",
 }
 
 
@@ -169,9 +176,9 @@ async def _result_of(request: Request, server, job: Job, started: float):
     if gone in done:
         server.batcher.withdraw(job, "disconnected")
         return Response(status_code=499)  # nobody reads it: nginx's "client closed request"
-    server.batcher.withdraw(job, "timeout")
+    fate = server.batcher.withdraw(job, "timeout")
     budget = server.settings.request_timeout_s
-    raise HTTPException(504, f"no result within the time budget of {budget} s; work dropped")
+    raise HTTPException(504, f"no result within the time budget of {budget} s; {WITHDRAWN[fate]}")
 
 
 async def _departure(request: Request) -> None:

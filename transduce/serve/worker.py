@@ -9,7 +9,8 @@ each group of jobs over a pipe and waits, without the lock, for the results. Onl
 (name, vocabulary, decoding settings) is kept in the server's process, to check requests.
 
 A child that dies (killed, out of memory) fails the requests it was decoding with
-`DecoderRestarted` (503) and is replaced by a fresh one; the server keeps serving.
+`DecoderRestarted` (503) and is replaced by a fresh one; the server keeps serving. The same path
+stops work nobody waits for any more: `abandon` kills the child, and the call restarts one.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class DecoderProcess:
         self._child_main = child_main or _decode_forever
         self._lock = threading.Lock()
         self._process: multiprocessing.process.BaseProcess | None = None
+        self._abandoned = False  # the child was killed on purpose: `abandon`
         self._start()
 
     @property
@@ -62,6 +64,15 @@ class DecoderProcess:
 
     def attention(self, works: list[AttentionWork]) -> list[dict]:
         return self._call("attention", works)
+
+    def abandon(self) -> None:
+        """Stop the call in progress, called from another thread than the one waiting on it
+        (the batcher's, when every request of the call has given up): the child is killed, and
+        the call starts another and raises DecoderRestarted, which nobody reads."""
+        process = self._process
+        if process is not None and process.is_alive():
+            self._abandoned = True
+            process.kill()
 
     def close(self) -> None:
         """Ask the child to finish, and make sure it has."""
@@ -76,6 +87,7 @@ class DecoderProcess:
             daemon=True,
         )  # fmt: skip
         self._process.start()
+        self._abandoned = False
         theirs.close()  # the child's end lives in the child only: its death is our EOFError
         outcome, value = _receive(self._pipe, self._process)
         if outcome == "error":
@@ -87,8 +99,7 @@ class DecoderProcess:
     def _call(self, method: str, works: list) -> list:
         with self._lock:
             if not self._process.is_alive():  # it died while idle: nobody's work was lost
-                logger.error("the decoding process had died (exit code %s): starting another",
-                             self._process.exitcode)  # fmt: skip
+                self._log_death("had died", self._process.exitcode)
                 self._stop()
                 self._start()
             try:
@@ -96,7 +107,7 @@ class DecoderProcess:
                 outcome, value = _receive(self._pipe, self._process)
             except (EOFError, OSError) as died:
                 code = self._process.exitcode if self._process else None
-                logger.error("the decoding process died (exit code %s): starting another", code)
+                self._log_death("died", code)
                 self._stop()
                 self._start()
                 raise DecoderRestarted(
@@ -106,6 +117,13 @@ class DecoderProcess:
         if outcome == "error":
             raise value
         return value
+
+    def _log_death(self, how: str, code: int | None) -> None:
+        if self._abandoned:  # killed on purpose: `abandon`
+            logger.info("the decoding process was stopped with work nobody waits for: "
+                        "starting another")  # fmt: skip
+        else:
+            logger.error("the decoding process %s (exit code %s): starting another", how, code)
 
     def _stop(self) -> None:
         process, self._process = self._process, None
