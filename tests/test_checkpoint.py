@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from transduce.training import checkpoint
+from transduce.training import checkpoint, files
 from transduce.training.checkpoint import CheckpointError, CheckpointStore, average, load, save
 from transduce.training.resume import Progress, capture_rng, restore_rng
 
@@ -224,7 +224,7 @@ def test_kill_during_save_keeps_previous_state(
             raise KeyboardInterrupt("killed")
         real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint.os, "replace", dying_replace)
+    monkeypatch.setattr(files.os, "replace", dying_replace)
     with pytest.raises(KeyboardInterrupt):
         store.save(tiny_state(20), 20, 0.9)
     monkeypatch.undo()
@@ -351,3 +351,55 @@ def test_an_equal_score_leaves_the_best_where_it_was(tmp_path: Path):
         store.save(tiny_state(20), 20, 5.0, higher_is_better=higher)
         assert load(store.best_path())["step"] == 10
         assert store.steps() == [10, 20]  # the best's step file is kept beside the last one
+
+
+@pytest.mark.parametrize("fail_at", [2, 3])
+def test_the_runs_writer_takes_a_step_file_a_kill_left_out_of_the_index_back_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_at: int
+) -> None:
+    """Killed after the step file of a new best, before best.pt (2) or the index (3): the
+    index still names the old best, and rotation would delete the new one. `recover` reads
+    the score the step file holds, makes it the best and indexes it; and it deletes what the
+    killed write left."""
+    store = CheckpointStore(tmp_path, keep_last=1)
+    store.save(tiny_state(10), 10, 0.5)
+    calls, real_replace = [], os.replace
+
+    def dying_replace(src: Any, dst: Any) -> None:
+        calls.append(dst)
+        if len(calls) == fail_at:
+            Path(src).rename(Path(src).with_name(".best.pt.k1ll3d.tmp"))  # left, as by a kill
+            raise KeyboardInterrupt("killed")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", dying_replace)
+    with pytest.raises(KeyboardInterrupt):
+        store.save(tiny_state(20, fill=1.0), 20, 0.9)
+    monkeypatch.undo()
+    assert json.loads(store.index_path.read_text())["best"]["step"] == 10  # the kill's state
+
+    reopened = CheckpointStore(tmp_path, keep_last=1)
+    reopened.recover()
+    index = json.loads(store.index_path.read_text())
+    assert index["best"] == {"step": 20, "score": 0.9, "higher_is_better": True}
+    assert [(e["step"], e["score"]) for e in index["steps"]] == [(10, 0.5), (20, 0.9)]
+    assert_same(load(store.best_path())["model"], tiny_state(20, fill=1.0)["model"])
+    assert not list(store.dir.glob(".*.tmp"))
+    reopened.save(tiny_state(30), 30, 0.7)  # rotation keeps the best it now knows
+    assert reopened.steps() == [20, 30]
+
+
+def test_recover_leaves_a_consistent_store_alone_and_a_worse_missing_step_out_of_best(
+    tmp_path: Path,
+) -> None:
+    store = CheckpointStore(tmp_path, keep_last=3)
+    store.save(tiny_state(10), 10, 0.5)
+    index = store.index_path.read_bytes()
+    CheckpointStore(tmp_path, keep_last=3).recover()
+    assert store.index_path.read_bytes() == index  # nothing missing: nothing rewritten
+    save(tiny_state(20) | {"validation": {"score": 0.1, "higher": True}}, store.path(20))
+    CheckpointStore(tmp_path, keep_last=3).recover()
+    recovered = json.loads(store.index_path.read_text())
+    assert recovered["best"]["step"] == 10
+    assert [(e["step"], e["score"]) for e in recovered["steps"]] == [(10, 0.5), (20, 0.1)]
+    assert load(store.best_path())["step"] == 10

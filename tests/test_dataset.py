@@ -318,3 +318,16 @@ def test_swapping_source_and_target_files_rebuilds_the_folder(tmp_path):
     assert backward.text("dev").src == SWAP_DE
     src, tgt = backward.split("train").pair(0)
     assert backward.vocab.decode([src.tolist(), tgt.tolist()]) == [SWAP_DE[0], SWAP_EN[0]]
+
+
+def test_prepare_deletes_the_folders_a_killed_prepare_of_the_same_out_left(tmp_path, splits):
+    """A kill leaves a half-built `.prep.tmp-*` or the replaced `.prep.old-*` beside the output,
+    each as large as a dataset: the next prepare of that output deletes them, and nothing
+    else beside it."""
+    leftovers = [tmp_path / ".prep.tmp-k1ll3d", tmp_path / ".prep.old-k1ll3d"]
+    others = [tmp_path / ".prepared.tmp-k1ll3d", tmp_path / "prep-notes"]
+    for folder in leftovers + others:
+        folder.mkdir()
+        (folder / "meta.json").write_text("{}")
+    run_prepare(splits, tmp_path / "prep")
+    assert [folder.exists() for folder in leftovers + others] == [False, False, True, True]

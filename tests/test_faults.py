@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import transduce.training.checkpoint as checkpoint_module
+import transduce.training.files as files
 from transduce.cli import main
 from transduce.cli import train as train_verbs
 from transduce.config import Config, override, parse_assignments
@@ -295,15 +295,15 @@ def test_a_death_while_writing_a_checkpoint_loses_nothing(toy_data, tmp_path, mo
     real_replace, calls = os.replace, {"n": 0}
 
     def dies_on_the_fourth_rename(src, dst):
-        calls["n"] += 1
+        calls["n"] += Path(dst).parent.name == "checkpoints"
         if calls["n"] == 4:  # step 8's checkpoint file: steps 4 needed three (file, best, index)
             raise KeyboardInterrupt("killed while writing")
         real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint_module.os, "replace", dies_on_the_fourth_rename)
+    monkeypatch.setattr(files.os, "replace", dies_on_the_fourth_rename)
     with pytest.raises(KeyboardInterrupt):
         train(config, toy_data, tmp_path / "killed", device="cpu")
-    monkeypatch.setattr(checkpoint_module.os, "replace", real_replace)
+    monkeypatch.setattr(files.os, "replace", real_replace)
     assert CheckpointStore(tmp_path / "killed", 3).steps() == [4]
     assert not list((tmp_path / "killed" / "checkpoints").glob("step_00000008*"))
     train(config, toy_data, tmp_path / "killed", resume=True, device="cpu")
@@ -391,6 +391,25 @@ def test_a_stopped_run_saves_its_last_update_and_resumes_to_the_same_end(
             load(run / file)["model"] for run in (tmp_path / "stopped", tmp_path / "straight")
         )
         assert all(torch.equal(t, mine[n]) for n, t in theirs.items()), file
+
+
+def test_a_run_stopped_at_its_last_update_is_validated_and_averaged_on_resume(
+    toy_data, tmp_path, monkeypatch
+):
+    """A stop at the budget's last update, between validations (18 is no multiple of 4): the
+    resume has no update left to do, yet must validate and save that step as the uninterrupted
+    run does at its end, average it in and delete the stopped file."""
+    config = _toy_config("train.max_steps=18", "train.valid_every=4")
+    train(config, toy_data, tmp_path / "straight", device="cpu")
+    _signal_after(monkeypatch, 18, signal.SIGTERM)
+    with pytest.raises(TrainingStopped, match=r"at step 18: saved .*stopped_00000018"):
+        train(config, toy_data, tmp_path / "stopped", device="cpu")
+    monkeypatch.undo()
+    train(config, toy_data, tmp_path / "stopped", resume=True, device="cpu")
+    store, straight = (CheckpointStore(tmp_path / run, 3) for run in ("stopped", "straight"))
+    assert store.steps() == straight.steps() == [12, 16, 18] and store.stopped_steps() == []
+    mine, theirs = (load(tmp_path / run / "average.pt")["model"] for run in ("stopped", "straight"))
+    assert all(torch.equal(t, mine[n]) for n, t in theirs.items())
 
 
 def test_a_stop_asked_for_at_a_validation_keeps_that_checkpoint(toy_data, tmp_path, monkeypatch):

@@ -1,16 +1,20 @@
 import json
+import os
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from transduce.config import Config, override
 from transduce.tasks.translation import scoring
+from transduce.training import files
 from transduce.training.runlog import (
     RunFolderError,
     Window,
     check_same_run,
     keep_log_until,
     read_log,
+    write_run_folder,
 )
 
 
@@ -134,3 +138,35 @@ def test_a_run_written_before_runs_recorded_their_task_resumes_with_its_datas_ta
     (tmp_path / "config.json").write_text(Config().to_json())
     with pytest.raises(RunFolderError, match=r"task\.lowercase False -> True"):
         check_same_run(tmp_path, tokenized, resume=True)
+
+
+def test_a_kill_while_a_resume_rewrites_the_run_files_leaves_each_whole(tmp_path, monkeypatch):
+    """A resume rewrites config.json, vocab.model and data.json and trims the log: a kill at
+    any of those writes leaves every file whole (a truncated config.json made the run
+    impossible to resume, a truncated log lost its history), and the next start deletes the
+    temporary files a killed write leaves."""
+    data = SimpleNamespace(path=tmp_path / "data", meta={"vocab_size": 8})
+    data.path.mkdir()
+    (data.path / "vocab.model").write_bytes(b"the sentencepiece model")
+    run, names = tmp_path / "run", ("config.json", "vocab.model", "data.json", "log.jsonl")
+    write_run_folder(run, Config(), data, resume=False)
+    (run / "log.jsonl").write_text('{"kind": "train", "step": 1}\n{"kind": "train", "step": 2}\n')
+    before = {name: (run / name).read_bytes() for name in names}
+    real_replace = os.replace
+    for kill_at in range(1, 5):
+
+        def dying_replace(src, dst, calls=[], kill_at=kill_at):  # noqa: B006 (its own count)
+            calls.append(dst)
+            if len(calls) == kill_at:
+                raise KeyboardInterrupt("killed")
+            real_replace(src, dst)
+
+        monkeypatch.setattr(files.os, "replace", dying_replace)
+        with pytest.raises(KeyboardInterrupt):
+            write_run_folder(run, Config(), data, resume=True)
+            keep_log_until(run / "log.jsonl", 2)
+        monkeypatch.undo()
+        assert {name: (run / name).read_bytes() for name in names} == before, kill_at
+    (run / ".config.json.k1ll3d.tmp").write_text("{")
+    write_run_folder(run, Config(), data, resume=True)
+    assert sorted(p.name for p in run.iterdir()) == sorted(names)

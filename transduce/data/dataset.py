@@ -13,6 +13,7 @@ options finds the fingerprint in `meta.json` and loads instead. Layout of the fo
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import itertools
 import json
@@ -183,6 +184,7 @@ def prepare(
         return PreparedData.load(out)
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(out)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is not
     try:
@@ -305,6 +307,15 @@ def _check_replaceable(out: Path) -> None:
     """Refuse to replace a non-empty folder that is not a prepared dataset: it is someone's data."""
     if out.exists() and not (out / "meta.json").is_file() and any(out.iterdir()):
         raise DataError(f"{out}: exists and is not a prepared dataset; refusing to replace it")
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Delete the folders a killed `prepare` of `out` left beside it (a dataset half-built, or
+    the one it replaced): each as large as the dataset."""
+    for prefix in (f".{out.name}.tmp-", f".{out.name}.old-"):
+        for folder in out.parent.glob(glob.escape(prefix) + "*"):
+            logger.info("removing %s, left by a prepare that was killed", folder)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _swap(new: Path, out: Path) -> None:

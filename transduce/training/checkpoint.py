@@ -21,7 +21,9 @@ A run folder's model is ``run_dir/average.pt`` when training finished, else its 
 
 Store layout under ``run_dir/checkpoints/``: ``step_{step:08d}.pt``, ``best.pt`` (a copy, not a
 symlink) and ``index.json``. Write order is step file, best.pt, index, then deletions, so a crash
-at any point leaves every file the index names complete and verifiable. A run stopped between
+at any point leaves every file the index names complete and verifiable; a step file holds its own
+validation score, so that the run's writer takes one a kill left out of the index back in
+(`recover`). A run stopped between
 validations (stopping.py) leaves ``stopped_{step:08d}.pt``: resumed from, outside the rotation
 and the average, and deleted by the next step file, which supersedes it.
 """
@@ -32,15 +34,14 @@ import hashlib
 import io
 import json
 import logging
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..config import TrainConfig
+from .files import atomic_write, remove_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -54,35 +55,6 @@ AVERAGE_FILE = "average.pt"
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, truncated, corrupt, foreign or inconsistent; names the file."""
-
-
-def _fsync_dir(directory: Path) -> None:
-    # os.replace is only durable once the directory entry itself reaches the disk
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as e:  # some filesystems refuse fsync on a directory; the rename still stands
-        log.debug("fsync of directory %s failed: %s", directory, e)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(data: bytes, path: Path) -> None:
-    """Write `data` to `path` so a reader sees either the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # dot-prefixed temp name in the same directory: same filesystem for os.replace, and it
-    # never matches the step_*.pt pattern, so a leftover from a kill is ignored
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 def _encode(state: dict[str, Any]) -> bytes:
@@ -111,7 +83,7 @@ def _decode_header(data: bytes, path: Path) -> tuple[int, str, bytes]:
 
 def save(state: dict[str, Any], path: Path) -> None:
     """Atomically write `state` to `path` with a SHA-256 checksum of its payload."""
-    _atomic_write(_encode(state), Path(path))
+    atomic_write(_encode(state), Path(path))
 
 
 def load(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -171,6 +143,27 @@ class CheckpointStore:
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{self.index_path}: unreadable index: {e}") from e
 
+    def recover(self) -> None:
+        """The run's writer, before it resumes: delete what killed writes left half-done, and
+        take into the index (and best.pt, if it is the best) a step file that a kill left out
+        of it, with the score the file holds. Not for readers: it writes."""
+        remove_leftovers(self.dir)
+        missing = [step for step in self.steps() if step not in self._scores]
+        for step in missing:
+            try:
+                validation = load(self.path(step)).get("validation") or {}
+            except CheckpointError as e:  # load_latest skips it too
+                log.warning("skipping unusable checkpoint: %s", e)
+                continue
+            score, higher = validation.get("score"), validation.get("higher", True)
+            self._scores[step] = score
+            if score is not None and self._is_better(score, higher):
+                atomic_write(self.path(step).read_bytes(), self.best_path())
+                self._best = {"step": step, "score": score, "higher_is_better": higher}
+        if missing:
+            log.info("took checkpoints %s, which a kill left out of the index, back in", missing)
+            self._write_index(self.steps())
+
     def path(self, step: int) -> Path:
         return self.dir / f"step_{step:08d}.pt"
 
@@ -222,11 +215,11 @@ class CheckpointStore:
             score: validation score of this state, or None if it was not validated.
             higher_is_better: True for BLEU, False for loss / perplexity.
         """
-        data = _encode(state)
+        data = _encode(state | {"validation": {"score": score, "higher": higher_is_better}})
         path = self.path(step)
-        _atomic_write(data, path)
+        atomic_write(data, path)
         if score is not None and self._is_better(score, higher_is_better):
-            _atomic_write(data, self.best_path())
+            atomic_write(data, self.best_path())
             self._best = {"step": step, "score": score, "higher_is_better": higher_is_better}
         self._scores[step] = score
         doomed = self._doomed(step)
@@ -243,7 +236,7 @@ class CheckpointStore:
         """Write the state of a run stopped between validations, to resume from; neither
         rotated, nor best, nor averaged."""
         path = self.stopped_path(step)
-        _atomic_write(_encode(state), path)
+        atomic_write(_encode(state | {"stopped": True}), path)
         self._remove_stopped(but=step)
         return path
 
@@ -277,7 +270,7 @@ class CheckpointStore:
             for s in kept
         ]
         index = {"steps": entries, "best": self._best}
-        _atomic_write(json.dumps(index, indent=1).encode() + b"\n", self.index_path)
+        atomic_write(json.dumps(index, indent=1).encode() + b"\n", self.index_path)
 
     def load_latest(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
         """The newest step or stopped checkpoint that verifies; corrupt newer ones are skipped

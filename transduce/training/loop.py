@@ -108,6 +108,7 @@ class Trainer:
         self._consecutive_bad = 0
         self._epoch_batches = (-1, 0)  # (epoch, its number of batches), for `_budget_used`
         self._validate_first = False  # a validation to redo: it failed when the run stopped
+        self._resumed_stopped = False  # resumed from a stopped file: its step not yet saved
         self.stops = StopRequests()
         if resume:
             self._restore()
@@ -154,6 +155,7 @@ class Trainer:
         return epochs
 
     def _restore(self) -> None:
+        self._on_main(self.store.recover)
         state = self.store.load_latest()
         log_path = self.run_dir / "log.jsonl"
         if state is None:
@@ -172,6 +174,7 @@ class Trainer:
             self.schedule.load_state_dict(state["schedule"])
         self.progress = Progress.from_state(state["progress"])
         self._validate_first = state.get("validate_first", False)
+        self._resumed_stopped = state.get("stopped", False)
         restore_rng(state["rng"], self.processes.rank)
         # Forget what a killed session logged after its checkpoint: it will be redone.
         self._on_main(lambda: keep_log_until(log_path, self.progress.step))
@@ -188,17 +191,14 @@ class Trainer:
 
     def _train(self) -> None:
         train = self.config.train
-        bar = tqdm(
-            total=train.max_steps,
-            initial=self.progress.step,
-            unit="step",
-            disable=None if self.processes.is_main else True,
-            dynamic_ncols=True,
-        )
+        quiet = None if self.processes.is_main else True
+        bar = tqdm(total=train.max_steps, initial=self.progress.step, unit="step", disable=quiet,
+                   dynamic_ncols=True)  # fmt: skip
+        unsaved = self._resumed_stopped and not self._validate_first  # the end must save it
         if self._validate_first:
             self._validate_and_save()
         session_start, elapsed_before = time.monotonic(), self.progress.elapsed
-        last_saved, window = self.progress.step, Window()
+        last_saved, window = None if unsaved else self.progress.step, Window()
         used = self._budget_used()
         updates = update_groups(self.epochs, self.progress, train.accumulate, train.max_epochs)
         for group in updates if used < 1 else ():  # a finished run trains no further

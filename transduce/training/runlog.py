@@ -4,6 +4,7 @@ log (mirrored to TensorBoard when it is installed), throughput, and the learning
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import logging
 import shutil
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..data.dataset import PreparedData
+from .files import atomic_write, remove_leftovers
 
 logger = logging.getLogger(__name__)
 
@@ -114,9 +116,12 @@ def write_run_folder(run_dir: Path, config: Config, data: PreparedData, resume: 
     """Check the folder, then write (on resume: compare) what rebuilds the run's model."""
     check_writable(run_dir)
     check_same_run(run_dir, config, resume)
-    (run_dir / "config.json").write_text(config.to_json())
-    shutil.copyfile(data.path / "vocab.model", run_dir / "vocab.model")
-    (run_dir / "data.json").write_text(json.dumps(data.meta, indent=2))
+    remove_leftovers(run_dir)
+    # Whole or not at all, even on a resume that rewrites them: a kill must not leave a run
+    # folder that cannot be resumed (a truncated config.json).
+    atomic_write(config.to_json().encode(), run_dir / "config.json")
+    atomic_write((data.path / "vocab.model").read_bytes(), run_dir / "vocab.model")
+    atomic_write(json.dumps(data.meta, indent=2).encode(), run_dir / "data.json")
     if not resume:
         keep_log_until(run_dir / LOG_FILE, 0)
 
@@ -173,7 +178,7 @@ def read_log(path: Path) -> list[dict]:
 def keep_log_until(path: Path, step: int) -> None:
     """Forget records past `step`: a resumed run redoes them. Step 0 empties the log."""
     kept = [record for record in read_log(path) if record["step"] <= step]
-    path.write_text("".join(json.dumps(record) + "\n" for record in kept))
+    atomic_write("".join(json.dumps(record) + "\n" for record in kept).encode(), path)
 
 
 def append_log(path: Path, record: dict) -> None:
@@ -244,6 +249,7 @@ def plot_learning_curve(log_path: Path, png_path: Path, metric: str = "bleu") ->
         lines, labels = lines + more_lines, labels + more_labels
     loss_axis.legend(lines, labels, loc="center right")
     figure.tight_layout()
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(png_path, dpi=100)
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=100)
     plt.close(figure)
+    atomic_write(png.getvalue(), png_path)
