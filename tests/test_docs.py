@@ -81,3 +81,22 @@ def test_the_readmes_serving_defaults_are_the_servers_own():
     assert stated == {name: getattr(defaults, name) for name in stated}
     assert (defaults.host, defaults.port) == ("127.0.0.1", 8000)
     assert "[--host 127.0.0.1] [--port 8000]" in readme
+
+
+def test_every_python_name_the_readme_gives_is_reachable_as_written():
+    """A dotted name the README calls (`transduce.x.y(`) must be reachable after `import
+    transduce` alone, and each `from transduce... import name` must import: a reader pastes
+    them as they stand (`transduce.viz.views.attention_views` was not, without its import)."""
+    import importlib
+    import subprocess
+
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    called = sorted(set(re.findall(r"\b(transduce(?:\.\w+)+)\(", readme)))
+    imported = sorted(set(re.findall(r"from (transduce[\w.]*) import (\w+)", readme)))
+    assert len(called) > 10 and imported
+    for module, name in imported:
+        assert hasattr(importlib.import_module(module), name), f"from {module} import {name}"
+    # in a fresh interpreter: this one has imported every submodule the tests use
+    check = "import transduce\n" + "".join(f"{name}\n" for name in called)
+    fresh = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stderr.strip().splitlines()[-1]

@@ -316,6 +316,68 @@ def test_the_messages_of_malformed_bodies_say_what_is_wrong(served):
     assert cut.status_code == 400 and cut.json()["detail"].startswith("malformed JSON")
 
 
+@pytest.mark.parametrize(
+    ("headers", "says"),
+    [
+        ({"content-type": "application/x-www-form-urlencoded"}, "x-www-form-urlencoded"),  # curl -d
+        ({"content-type": "text/plain"}, "Content-Type text/plain"),
+        ({}, "no Content-Type"),
+        ({"content-type": "application/json", "content-encoding": "gzip"}, "uncompressed"),
+    ],
+)
+def test_a_body_not_sent_as_json_is_415_saying_so(served, headers, says):
+    """`curl -d` without a JSON Content-Type was refused as a body of the wrong shape (422);
+    a compressed body was read as if it were not."""
+    with httpx.Client(base_url=served) as client:
+        answer = client.post("/v1/translate", content=b'{"text": "the dog"}', headers=headers)
+        assert answer.status_code == 415 and says in answer.json()["detail"]
+        assert "application/json" in answer.json()["detail"] or "gzip" in answer.json()["detail"]
+        json_like = {"content-type": "application/vnd.api+json; charset=utf-8"}
+        assert client.post("/v1/translate", content=b'{"text": "the dog"}', headers=json_like)
+        _good(client)
+
+
+def test_head_is_answered_wherever_get_is(served):
+    with httpx.Client(base_url=served) as client:
+        for path in ("/health", "/v1/models", "/metrics", "/"):
+            head, get = client.head(path), client.get(path)
+            assert (head.status_code, get.status_code) == (200, 200), path
+            assert (
+                head.content == b"" and head.headers["content-type"] == get.headers["content-type"]
+            )
+        assert client.head("/v1/translate").status_code == 405
+
+
+def test_neither_text_nor_texts_is_named_as_such(served):
+    with httpx.Client(base_url=served) as client:
+        neither = client.post("/v1/translate", json={"beam_size": 2}).json()["detail"]
+        both = client.post("/v1/translate", json={"text": "a", "texts": ["b"]}).json()["detail"]
+    assert "give `text` (one sentence) or `texts` (a list)" in neither and "both" not in neither
+    assert both.endswith("not both")
+
+
+def test_an_attention_layer_out_of_range_is_refused_before_decoding(engine, monkeypatch):
+    """The layer is checked against the model's before the sentence is decoded (it was after
+    beam search, logged as a decoding failure)."""
+
+    last = engine.facts.attention_layers - 1
+    assert engine.attention([AttentionWork("the dog", None, DECODE, True, last)])  # the last one
+    with pytest.raises(BadRequest, match="out of range"):  # called directly: still checked
+        engine.attention([AttentionWork("the dog", None, DECODE, True, last + 1)])
+
+    def never(works):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(engine, "attention", never)
+    with Background(engine, LOOPBACK) as url, httpx.Client(base_url=url) as client:
+        answer = client.post("/v1/attention", json={"text": "the dog", "layer": last + 1})
+    assert answer.status_code == 422
+    assert (
+        answer.json()["detail"]
+        == f"layer {last + 1} out of range: the model has layers 0 to {last}"
+    )
+
+
 def test_a_failure_of_ours_is_a_500_naming_its_kind_and_the_server_keeps_serving(
     engine, monkeypatch
 ):
@@ -336,6 +398,26 @@ def test_a_failure_of_ours_is_a_500_naming_its_kind_and_the_server_keeps_serving
             status="500",
         )
     assert counted == 1
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408_and_others_are_served_meanwhile(engine):
+    """A Content-Length larger than what the client sends, or a body trickling in, held its
+    request open for ever (and spent the decoding budget waiting): now 408 once
+    `body_timeout_s` has passed since the body was first asked for."""
+    settings = replace(LOOPBACK, body_timeout_s=1.0)
+    with Background(engine, settings) as url, httpx.Client(base_url=url) as client:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as short:
+            short.sendall(
+                b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"text": "the'
+            )
+            started = time.monotonic()
+            _good(client)  # the waiting body holds nobody else up
+            answer = short.recv(4096).decode()
+        assert answer.startswith("HTTP/1.1 408") and "did not arrive within 1.0 s" in answer
+        assert 0.9 < time.monotonic() - started < 10
+        _good(client)
 
 
 def test_sizes_over_their_limits_get_413(engine):
@@ -416,11 +498,14 @@ def test_a_request_past_its_time_budget_gets_504_and_is_never_decoded(engine, mo
             late = client.post("/v1/translate", json={"text": "green grass"})
             assert client.get("/health").json()["queued_sentences"] == 0  # taken out at once
             gate.opened.set()
-            assert held.result().status_code == 504  # its own budget ran out in the worker
-        assert late.status_code == 504 and "time budget" in late.json()["detail"]
+            held = held.result()  # its own budget ran out in the worker, which goes on
+        assert held.status_code == 504 and "time budget" in held.json()["detail"]
+        assert held.json()["detail"].endswith("goes on and its result is thrown away")
+        assert late.status_code == 504
+        assert late.json()["detail"].endswith("its work was dropped before decoding")
         assert gate.decoded == ["the dog"]  # "green grass" never reached the model
         text = client.get("/metrics").text
-        assert metric(text, "transduce_dropped_total", reason="timeout") == 1
+        assert metric(text, "transduce_dropped_total", reason="timeout") == 2
         _good(client)
 
 

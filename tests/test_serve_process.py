@@ -19,7 +19,7 @@ import pytest
 httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
-from transduce.serve.engine import TranslateWork  # noqa: E402
+from transduce.serve.engine import AttentionWork, BadRequest, TranslateWork  # noqa: E402
 from transduce.serve.server import Background  # noqa: E402
 from transduce.serve.settings import ServeSettings  # noqa: E402
 from transduce.serve.worker import DecoderProcess, _decode_forever, _picklable  # noqa: E402
@@ -66,7 +66,12 @@ def test_concurrent_clients_get_what_offline_translate_gives(model, decoder):
             assert [s for _, s in hyps] == pytest.approx([s for _, s in want], abs=1e-4)
 
 
-def test_an_error_in_the_decoding_process_crosses_back_as_its_status(decoder):
+def test_an_error_in_the_decoding_process_crosses_back_as_itself(decoder):
+    """The route refuses a layer out of range before decoding (tests/test_serve.py); a caller
+    of the process itself gets the child's BadRequest across the pipe, and the child serves on."""
+    with pytest.raises(BadRequest, match="layer 7 out of range"):
+        decoder.attention([AttentionWork("the dog", None, DECODE, True, 7)])
+    assert decoder.attention([AttentionWork("the dog", None, DECODE, True, None)])
     with Background(decoder, LOOPBACK) as url, httpx.Client(base_url=url, timeout=60) as client:
         answer = client.post("/v1/attention", json={"text": "the dog", "layer": 7})
         assert answer.status_code == 422 and "out of range" in answer.json()["detail"]

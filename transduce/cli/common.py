@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from ..presets import PRESETS
+
 
 def env_path(name: str) -> Path | None:
     value = os.environ.get(name)
@@ -18,7 +20,7 @@ def add_config_arguments(p: argparse.ArgumentParser, default_preset: str | None)
         "--preset",
         default=default_preset,
         required=default_preset is None,
-        help="base, big, tiny, small, rnn, rnn-tiny, rnn-small, or a Table 3 row such as B1"
+        help=f"{', '.join(PRESETS)}, or a Table 3 row such as B1"
         + (f" (default {default_preset})" if default_preset else ""),
     )
     p.add_argument("--config", type=Path, help="YAML of overrides: {train: {max_steps: 2000}}")

@@ -57,5 +57,10 @@ def create_app(engine: Engine | DecoderProcess, settings: ServeSettings | None =
     app.state.server = Server(engine, facts, settings, metrics, batcher, page)
     app.include_router(router)
     install_error_handlers(app)
-    app.add_middleware(Guard, max_body_bytes=settings.max_body_bytes, metrics=metrics)
+    app.add_middleware(
+        Guard,
+        max_body_bytes=settings.max_body_bytes,
+        metrics=metrics,
+        body_timeout_s=settings.body_timeout_s,
+    )
     return app

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from .engine import BadRequest
 from .metrics import Metrics
 from .settings import ServeSettings
 
@@ -172,6 +173,8 @@ class Batcher:
         except Exception as error:  # the worker lives on; each request is told
             if all(job.dropped for job in group):  # abandoned: nobody waits to be told
                 logger.info("decoding stopped: every request waiting for it had given up")
+            elif isinstance(error, BadRequest):  # the request's mistake, answered 422
+                logger.info("refused: %s", error)
             else:
                 logger.exception("decoding failed")
             for job in group:

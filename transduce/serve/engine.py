@@ -49,6 +49,13 @@ class ModelFacts:
     vocab: Vocab
     decode: DecodeConfig  # the run's own
     max_positions: int | None
+    attention_layers: int  # the deepest stack's: the attention views' layers 0 to this - 1
+
+    def check_layer(self, layer: int | None) -> None:
+        """BadRequest for an attention layer the model does not have."""
+        if layer is not None and not 0 <= layer < self.attention_layers:
+            last = self.attention_layers - 1
+            raise BadRequest(f"layer {layer} out of range: the model has layers 0 to {last}")
 
     def token_counts(self, lines: list[str]) -> list[int]:
         """Each line's subwords with its EOS: the length the model reads."""
@@ -73,8 +80,12 @@ class Engine:
     def __init__(self, translator: Translator, name: str) -> None:
         self.translator, self.name = translator, name
         translator.keep_packed_weights()  # request after request: not packed again for each
+        # The layers the attention views have, from one short sentence's attention (milliseconds),
+        # so that the server refuses a layer out of range before it decodes anything.
+        one_word = translator.vocab.encode(["a"])[0]
+        layers = attention_of_ids(translator, one_word, one_word, merge_words=False).n_layers
         self.facts = ModelFacts(
-            name, self._describe(), translator.vocab, translator.decode, self.max_positions
+            name, self._describe(), translator.vocab, translator.decode, self.max_positions, layers
         )
 
     @classmethod
@@ -131,6 +142,7 @@ class Engine:
         return [self._attention(work) for work in works]
 
     def _attention(self, work: AttentionWork) -> dict:
+        self.facts.check_layer(work.layer)  # as the route has, for a caller without one
         vocab = self.translator.vocab
         src_ids = vocab.encode([work.text.strip()])[0]
         if work.target is None:
@@ -138,10 +150,5 @@ class Engine:
         else:
             tgt_ids = vocab.encode([work.target.strip()])[0]
         attention = attention_of_ids(self.translator, src_ids, tgt_ids, work.merge_words)
-        n_layers = attention.n_layers
-        layer = default_layer(n_layers) if work.layer is None else work.layer
-        if not 0 <= layer < n_layers:
-            raise BadRequest(
-                f"layer {layer} out of range: the model has layers 0 to {n_layers - 1}"
-            )
+        layer = default_layer(attention.n_layers) if work.layer is None else work.layer
         return page_data(attention, layer)

@@ -1,11 +1,13 @@
 """Limits and bad input, each answered with its status and a JSON `{"detail": ...}`: a body over
 the size limit (413, counted as it arrives, so a body without Content-Length is held to it too),
-malformed JSON or invalid UTF-8 (400), a well-formed body of the wrong shape (422), and any
+a body not declared JSON or sent compressed (415), malformed JSON or invalid UTF-8 (400), a
+well-formed body of the wrong shape (422), and any
 failure of ours (500), after which the server keeps serving. The request counter and latency of
 `/metrics` are taken here too, around every request."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -26,11 +28,20 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"the request body exceeds {limit} bytes")
 
 
-class Guard:
-    """ASGI middleware: the body size limit, and each request's status and latency counted."""
+class BodyTooSlow(HTTPException):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {seconds} s")
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int, metrics: Metrics) -> None:
+
+class Guard:
+    """ASGI middleware: the body's size and time limits, and each request's status and latency
+    counted."""
+
+    def __init__(
+        self, app: ASGIApp, max_body_bytes: int, metrics: Metrics, body_timeout_s: float = 10.0
+    ) -> None:
         self.app, self.limit, self.metrics = app, max_body_bytes, metrics
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -46,8 +57,11 @@ class Guard:
 
         try:
             declared = _content_length(scope)
+            unsupported = _unsupported_body(scope) if scope["method"] == "POST" else None
             if declared is not None and declared > self.limit:  # refused before it is read
                 await _problem(413, BodyTooLarge(self.limit).detail)(scope, receive, sending)
+            elif unsupported:
+                await _problem(415, unsupported)(scope, receive, sending)
             else:
                 await self.app(scope, self._counted(receive), sending)
         except Exception as error:
@@ -63,19 +77,49 @@ class Guard:
             self.metrics.observe_request(scope["path"], status[0] or 500, seconds)
 
     def _counted(self, receive: Receive) -> Receive:
-        """`receive`, raising BodyTooLarge once the body passes the limit."""
-        seen = 0
+        """`receive`, raising BodyTooLarge once the body passes the limit, and BodyTooSlow if it
+        has not all come within the time limit of its first part being asked for (a client
+        sending a byte a second, or a Content-Length larger than what it sends, would otherwise
+        hold its request open for ever). Once the body is whole, `receive` waits as it will: for
+        the client's departure."""
+        seen, whole, deadline = 0, False, None
 
         async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, whole, deadline
+            if whole:
+                return await receive()
+            loop = asyncio.get_running_loop()
+            deadline = deadline or loop.time() + self.body_timeout_s
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0))
+            except TimeoutError:
+                raise BodyTooSlow(self.body_timeout_s) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                whole = not message.get("more_body", False)
                 if seen > self.limit:
                     raise BodyTooLarge(self.limit)
             return message
 
         return counted
+
+
+def _unsupported_body(scope: Scope) -> str | None:
+    """Why a POST body is not one we read, or None. Without a JSON Content-Type (curl's `-d`
+    sends a form's) the body would be refused later as a dict of the wrong shape, a 422 that
+    says nothing of the real mistake."""
+    headers = {
+        name.decode("latin-1").lower(): value.decode("latin-1").strip().lower()
+        for name, value in scope["headers"]
+    }
+    kind = headers.get("content-type", "").split(";")[0].strip()
+    if kind != "application/json" and not kind.endswith("+json"):
+        given = f"Content-Type {kind}" if kind else "no Content-Type"
+        return f"the body must be JSON, sent with Content-Type: application/json ({given})"
+    encoding = headers.get("content-encoding", "identity")
+    if encoding != "identity":
+        return f"Content-Encoding {encoding} is not accepted: send the body uncompressed"
+    return None
 
 
 def _content_length(scope: Scope) -> int | None:

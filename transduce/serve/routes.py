@@ -25,12 +25,14 @@ from .schemas import (
 from .worker import DecoderRestarted
 
 router = APIRouter()
+GET_AND_HEAD = ["GET", "HEAD"]  # HEAD wherever GET (RFC 9110): monitors probe with it
 
 ERRORS = {
     code: {"model": Problem, "description": why}
     for code, why in {
         400: "malformed JSON, or a body that is not UTF-8",
         413: "a body, a sentence or a list of sentences over its limit",
+        415: "a body without a JSON Content-Type, or a compressed one",
         422: "valid JSON of the wrong shape: a wrong type, an empty sentence, an option too large",
         429: "the queue is full: try again after Retry-After seconds",
         503: "the decoding process died with this request's work and was restarted: send it again",
@@ -46,25 +48,25 @@ WITHDRAWN = {
 }
 
 
-@router.get("/health", response_model=Health)
+@router.api_route("/health", methods=GET_AND_HEAD, response_model=Health)
 async def health(request: Request) -> Health:
     server = request.app.state.server
     return Health(status="ok", model=server.facts.name, queued_sentences=server.batcher.queued[0])
 
 
-@router.get("/v1/models", response_model=ModelList)
+@router.api_route("/v1/models", methods=GET_AND_HEAD, response_model=ModelList)
 async def models(request: Request) -> dict:
     return {"models": [request.app.state.server.facts.description]}
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.api_route("/metrics", methods=GET_AND_HEAD, response_class=PlainTextResponse)
 async def metrics(request: Request) -> PlainTextResponse:
     server = request.app.state.server
     text = server.metrics.render(*server.batcher.queued)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-@router.get("/", response_class=HTMLResponse, include_in_schema=False)
+@router.api_route("/", methods=GET_AND_HEAD, response_class=HTMLResponse, include_in_schema=False)
 async def page(request: Request) -> HTMLResponse:
     return HTMLResponse(request.app.state.server.page)
 
@@ -100,6 +102,10 @@ async def attention(body: AttentionRequest, request: Request) -> AttentionRespon
     server, started = request.app.state.server, _arrival(request)
     sentences = [body.text] if body.target is None else [body.text, body.target]
     tokens = _checked_lengths(server, sentences)
+    try:
+        server.facts.check_layer(body.layer)  # before any decoding
+    except BadRequest as error:
+        raise HTTPException(422, str(error)) from error
     decode = _decode_settings(server, body.beam_size, 1, None)
     work = AttentionWork(body.text, body.target, decode, body.merge_words, body.layer)
     job = _job(server, work, object(), server.engine.attention, 1, tokens)  # never merged

@@ -45,8 +45,10 @@ class TranslateRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_of_text_and_texts(self) -> TranslateRequest:
-        if (self.text is None) == (self.texts is None):
+        if self.text is not None and self.texts is not None:
             raise ValueError("give either `text` (one sentence) or `texts` (a list), not both")
+        if self.text is None and self.texts is None:
+            raise ValueError("give `text` (one sentence) or `texts` (a list)")
         return self
 
     @property

@@ -21,6 +21,7 @@ class ServeSettings:
     max_queue_sentences: int = 1024  # sentences waiting for the worker; a request past it: 429
     retry_after_s: int = 1  # the Retry-After of a 429
     request_timeout_s: float = 30.0  # a request's time budget; past it: 504, its work dropped
+    body_timeout_s: float = 10.0  # the longest a body may take to arrive; longer: 408
     batch_tokens: int = 4096  # the worker takes queued sentences up to this many subwords ...
     batch_wait_ms: float = 5.0  # ... or what has come this long after the first one arrived
 
@@ -45,6 +46,7 @@ HELP = {
     "max_queue_sentences": "most sentences waiting to be decoded (429 with Retry-After above)",
     "retry_after_s": "the Retry-After header of a 429, in seconds",
     "request_timeout_s": "a request's time budget in seconds (504 past it, its work dropped)",
+    "body_timeout_s": "the longest a request's body may take to arrive, in seconds (408 past it)",
     "batch_tokens": "the decoding worker takes waiting sentences up to this many subwords",
     "batch_wait_ms": "... or those that came within this many ms of the first",
 }

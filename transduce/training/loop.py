@@ -345,7 +345,7 @@ class Trainer:
         logger.info(
             "step %d: %s",
             self.progress.step,
-            ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "kind"),
+            ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("kind", "step")),
         )
 
     def _on_main(self, work: Callable[[], None]) -> None:
