@@ -448,6 +448,9 @@ def test_sizes_over_their_limits_get_413(engine):
             assert answer.status_code == 413, case
             assert answer.json()["detail"], case
         assert "12" in cases["a sentence over the token limit"].json()["detail"]
+        assert cases["a sentence over the token limit"].json()["detail"].startswith("the sentence")
+        second = client.post("/v1/translate", json={"texts": ["the dog", long, "a cat"]})
+        assert second.json()["detail"].startswith("sentence 2 of 3 has")  # counted as people do
         assert client.post("/v1/translate", json={"texts": ["the dog"] * 3}).status_code == 200
 
 

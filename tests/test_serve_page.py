@@ -60,3 +60,34 @@ def test_the_page_names_a_bad_request_instead_of_failing(browser, tmp_path):
         page.click("#go")
         page.wait_for_selector("#status.error >> text=413")
         assert page.locator("#translations li").count() == 0
+
+
+def test_one_translation_at_a_time_and_a_refused_click_is_named(browser, tmp_path):
+    """The button waits for its answer (an older one could otherwise land after a newer), and a
+    click whose attention is refused says so in the status line, even when the refusal is not
+    the server's JSON (a proxy's 503 page), instead of failing silently."""
+    with Background(toy_engine(tmp_path), ServeSettings(port=0)) as url:
+        page = browser.new_page()
+        errors, held, attention_calls = [], [], []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.route("**/v1/translate", lambda route: held.append(route))  # answered below
+
+        def attention(route):
+            attention_calls.append(route)
+            if len(attention_calls) == 1:
+                route.continue_()
+            else:
+                route.fulfill(status=503, body="<html>busy</html>", content_type="text/html")
+
+        page.route("**/v1/attention", attention)
+        page.goto(url + "/")
+        page.fill("#text", "the dog runs\nthe children")
+        page.click("#go")
+        page.wait_for_function("() => document.getElementById('go').disabled")
+        assert held and page.is_disabled("#go")
+        held[0].continue_()
+        page.wait_for_selector("#attention:not([hidden])")
+        assert page.is_enabled("#go") and "beam" in page.inner_text("#status")
+        page.click("#translations li[data-index='1']")
+        page.wait_for_selector("#status.error >> text=503")
+    assert errors == [] and len(attention_calls) == 2

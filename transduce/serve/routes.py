@@ -141,10 +141,11 @@ def _checked_lengths(server, lines: list[str]) -> int:
     if server.facts.max_positions is not None:
         limit = min(limit, server.facts.max_positions)
     counts = server.facts.token_counts(lines)
-    for number, count in enumerate(counts):
+    for number, count in enumerate(counts, start=1):
         if count > limit:
+            where = f"sentence {number} of {len(counts)}" if len(counts) > 1 else "the sentence"
             raise HTTPException(
-                413, f"sentence {number} has {count} subwords (EOS included); at most {limit}"
+                413, f"{where} has {count} subwords (EOS included); at most {limit}"
             )
     return sum(counts)
 
