@@ -312,8 +312,20 @@ def test_the_messages_of_malformed_bodies_say_what_is_wrong(served):
         json_type = {"content-type": "application/json"}
         not_utf8 = client.post("/v1/translate", content=b'{"text": "\xff"}', headers=json_type)
         cut = client.post("/v1/translate", content=b'{"text": "the', headers=json_type)
+        control = client.post("/v1/translate", content=b'{"text": "a\x01b"}', headers=json_type)
+        digits = b'{"text": "a", "beam_size": ' + b"9" * 5000 + b"}"
+        long_number = client.post("/v1/translate", content=digits, headers=json_type)
+        deep = client.post("/v1/translate", content=b"[" * 100_000, headers=json_type)
+        empty = client.post("/v1/translate", content=b"", headers=json_type)
     assert not_utf8.json()["detail"] == "the body is not valid UTF-8"
-    assert cut.status_code == 400 and cut.json()["detail"].startswith("malformed JSON")
+    assert cut.status_code == 400 and cut.json()["detail"].startswith(
+        "malformed JSON at character 9"
+    )
+    assert control.json()["detail"].startswith("malformed JSON at character 11: Invalid control")
+    assert long_number.json()["detail"] == "malformed JSON: a number too long to read"
+    assert deep.json()["detail"] == "malformed JSON: nested too deeply"
+    assert empty.json()["detail"] == "the body is empty: send a JSON object"
+    assert {a.status_code for a in (control, long_number, deep, empty)} == {400}
 
 
 @pytest.mark.parametrize(

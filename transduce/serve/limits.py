@@ -147,7 +147,11 @@ async def _invalid(request: Request, error: RequestValidationError) -> JSONRespo
     for problem in errors:
         if problem.get("type") == "json_invalid":
             reason = problem.get("ctx", {}).get("error", "")
-            return _problem(400, f"malformed JSON: {reason}".rstrip(": "))
+            at = [part for part in problem.get("loc", ())[1:] if isinstance(part, int)]
+            where = f" at character {at[0]}" if at else ""
+            return _problem(400, f"malformed JSON{where}: {reason}".rstrip(": "))
+        if problem.get("type") == "missing" and tuple(problem.get("loc", ())) == ("body",):
+            return _problem(400, "the body is empty: send a JSON object")
     named = [
         {"loc": [str(part) for part in problem.get("loc", ())], "msg": problem.get("msg", "")}
         for problem in errors
@@ -162,4 +166,9 @@ async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
         detail = "the body is not valid UTF-8"
     elif error.status_code == 400 and isinstance(error.__cause__, json.JSONDecodeError):
         detail = "malformed JSON"
+    elif error.status_code == 400 and isinstance(error.__cause__, RecursionError):
+        detail = "malformed JSON: nested too deeply"
+    elif error.status_code == 400 and isinstance(error.__cause__, ValueError):
+        cause = str(error.__cause__)  # Python's own reads "... use sys.set_int_max_str_digits()"
+        detail = "malformed JSON: " + ("a number too long to read" if "digits" in cause else cause)
     return _problem(error.status_code, str(detail), getattr(error, "headers", None))
