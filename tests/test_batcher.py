@@ -229,3 +229,72 @@ def test_a_call_that_answers_the_wrong_number_of_jobs_fails_them_and_the_worker_
     errors, after = asyncio.run(scenario())
     assert all(isinstance(e, RuntimeError) and "1 results for 2 jobs" in str(e) for e in errors)
     assert after == "k:z"
+
+
+def test_a_call_is_abandoned_before_the_worker_can_begin_the_next_groups():
+    """`withdraw` stops a call whose every request ran out of time while it still holds the
+    queue's lock: the worker cannot finish the call and begin another group's in between, so
+    the stop never lands on work a live request waits for (a slow `abandon` stands in for the
+    event loop's thread being switched out before its kill)."""
+    import threading
+
+    calls: list = []
+    entered, may_return = threading.Event(), threading.Event()
+    running_when_stopped: list = []
+
+    async def scenario():
+        metrics = Metrics()
+
+        def slow_abandon():
+            may_return.set()  # the doomed call returns now; the worker wants the lock next
+            time.sleep(0.3)
+            running_when_stopped.append([job.payload for job in batcher._running])
+
+        batcher = Batcher(ServeSettings(batch_wait_ms=20), metrics, abandon=slow_abandon)
+
+        def doomed_run(payloads):
+            entered.set()
+            assert may_return.wait(10)
+            return _recorder(calls, "doomed")(payloads)
+
+        doomed = _job("a", "doomed", doomed_run)
+        live = _job("b", "live", _recorder(calls, "live"))
+        batcher.submit(doomed)
+        batcher.submit(live)
+        batcher.start()
+        assert await asyncio.to_thread(entered.wait, 10)
+        fate = batcher.withdraw(doomed, "timeout")
+        await asyncio.wait([live.future], timeout=5)
+        batcher.stop()
+        return fate, live.future.result(), metrics.dropped
+
+    fate, result, dropped = asyncio.run(scenario())
+    assert fate == "stopped" and running_when_stopped == [["a"]]  # still the doomed call's
+    assert result == "live:b" and calls == [("doomed", ["a"]), ("live", ["b"])]
+    assert dropped == {"timeout": 1}
+
+
+def test_a_client_that_leaves_mid_call_does_not_stop_it_and_finished_work_is_discarded():
+    """A departure costs a client nothing to cause: it never stops a call (a restart can cost
+    more than the decoding left). A result already made when its request gives up is
+    discarded, and counted."""
+    stops: list = []
+
+    async def scenario():
+        metrics = Metrics()
+        batcher = Batcher(ServeSettings(batch_wait_ms=5), metrics, abandon=lambda: stops.append(1))
+        holder: list = []
+
+        def leaves_meanwhile(payloads):
+            holder.append(batcher.withdraw(job, "disconnected"))
+            return [f"done:{p}" for p in payloads]
+
+        job = _job("a", "k", leaves_meanwhile)
+        batcher.submit(job)
+        await _drained(batcher, [job], settle_s=1)
+        late = batcher.withdraw(job, "timeout")  # its call has ended: decoded already
+        return holder, late, metrics.dropped
+
+    during, after, dropped = asyncio.run(scenario())
+    assert during == ["discarded"] and after == "discarded" and stops == []
+    assert dropped == {"disconnected": 1, "timeout": 1}

@@ -170,3 +170,16 @@ def test_a_kill_while_a_resume_rewrites_the_run_files_leaves_each_whole(tmp_path
     (run / ".config.json.k1ll3d.tmp").write_text("{")
     write_run_folder(run, Config(), data, resume=True)
     assert sorted(p.name for p in run.iterdir()) == sorted(names)
+
+
+def test_the_run_files_are_made_as_open_makes_them_not_private(tmp_path):
+    """Written through a temporary file (mkstemp's 0600), the run's files are still readable by
+    whoever the umask lets read them: another account's TensorBoard, server or colleague."""
+    data = SimpleNamespace(path=tmp_path / "data", meta={})
+    data.path.mkdir()
+    (data.path / "vocab.model").write_bytes(b"spm")
+    (tmp_path / "plain").write_text("as open makes it")
+    write_run_folder(tmp_path / "run", Config(), data, resume=False)
+    expected = (tmp_path / "plain").stat().st_mode & 0o777
+    for name in ("config.json", "vocab.model", "data.json", "log.jsonl"):
+        assert (tmp_path / "run" / name).stat().st_mode & 0o777 == expected, name

@@ -344,8 +344,11 @@ def test_a_body_not_sent_as_json_is_415_saying_so(served, headers, says):
         answer = client.post("/v1/translate", content=b'{"text": "the dog"}', headers=headers)
         assert answer.status_code == 415 and says in answer.json()["detail"]
         assert "application/json" in answer.json()["detail"] or "gzip" in answer.json()["detail"]
-        json_like = {"content-type": "application/vnd.api+json; charset=utf-8"}
-        assert client.post("/v1/translate", content=b'{"text": "the dog"}', headers=json_like)
+        json_like = {"content-type": "Application/vnd.api+JSON; charset=utf-8"}
+        liked = client.post("/v1/translate", content=b'{"text": "the dog"}', headers=json_like)
+        assert liked.status_code == 200
+        elsewhere = client.post("/health", content=b"x", headers=headers)  # the router's to say
+        assert elsewhere.status_code == 405
         _good(client)
 
 
@@ -358,6 +361,8 @@ def test_head_is_answered_wherever_get_is(served):
                 head.content == b"" and head.headers["content-type"] == get.headers["content-type"]
             )
         assert client.head("/v1/translate").status_code == 405
+        paths = client.get("/openapi.json").json()["paths"]
+        assert list(paths["/health"]) == ["get"]  # one operation: no duplicate operationIds
 
 
 def test_neither_text_nor_texts_is_named_as_such(served):

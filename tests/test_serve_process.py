@@ -132,7 +132,7 @@ def hangs_on_its_first_work(pipe, *spec) -> None:
             message = pipe.recv()
             if message is not None and not marker.exists():
                 marker.touch()
-                time.sleep(600)
+                time.sleep(120)  # were it not stopped, a failing test waits this long
             return message
 
     _decode_forever(Hanging(), *spec)

@@ -17,7 +17,7 @@ from .engine import Engine, ModelFacts
 from .limits import Guard, install_error_handlers
 from .metrics import Metrics
 from .page import render_index
-from .routes import router
+from .routes import JSON_BODY_PATHS, router
 from .settings import ServeSettings
 from .worker import DecoderProcess
 
@@ -62,5 +62,6 @@ def create_app(engine: Engine | DecoderProcess, settings: ServeSettings | None =
         max_body_bytes=settings.max_body_bytes,
         metrics=metrics,
         body_timeout_s=settings.body_timeout_s,
+        json_paths=JSON_BODY_PATHS,
     )
     return app

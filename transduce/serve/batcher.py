@@ -46,6 +46,7 @@ class Job:
     future: asyncio.Future
     arrived: float = field(default_factory=time.monotonic)
     dropped: str | None = None  # why its request gave up, once it has
+    decoded: bool = False  # its call has ended (its result, or error, on the way)
 
 
 class Batcher:
@@ -96,9 +97,10 @@ class Batcher:
 
     def withdraw(self, job: Job, reason: str) -> str:
         """The request has given up. Returns what became of its work: "dropped" (it still
-        waited, or was taken but not yet begun: never decoded), "stopped" (it was being decoded
-        for no one else: the call is abandoned) or "discarded" (decoded on, for other requests
-        or by a decoder that cannot be stopped; its result thrown away)."""
+        waited, or was taken but not yet begun: never decoded), "stopped" (its time budget ran
+        out while it was decoded for no one else: the call is abandoned) or "discarded" (decoded
+        on, for other requests, by a decoder that cannot be stopped, for a client that left, or
+        done already; its result thrown away)."""
         with self._changed:
             job.dropped = reason
             if job in self._pending:
@@ -106,14 +108,16 @@ class Batcher:
                 self._queued_sentences -= job.sentences
                 self.metrics.count_dropped(reason)
                 return "dropped"
-            if job not in self._running:
-                return "dropped"  # `_live` skips it and counts it
+            if job not in self._running and not job.decoded:
+                return "dropped"  # `_run` skips it and counts it
             self.metrics.count_dropped(reason)
-            stop = self._abandon is not None and all(j.dropped for j in self._running)
-        if not stop:
-            return "discarded"
-        self._abandon()
-        return "stopped"
+            # Only a spent budget stops the call: a client's departure costs nothing to cause,
+            # and a restart (a model loaded again) may cost more than the decoding left.
+            everyone_gone = all(j.dropped for j in self._running)
+            if job.decoded or reason != "timeout" or self._abandon is None or not everyone_gone:
+                return "discarded"
+            self._abandon()  # under the lock: `_run` cannot begin the next group's call meanwhile
+            return "stopped"
 
     def _work(self) -> None:
         while True:
@@ -125,9 +129,7 @@ class Batcher:
                 continue
             self.metrics.observe_batch(sum(job.sentences for job in jobs))
             for group in _groups(jobs):
-                group = self._live(group)  # a request may give up while another group runs
-                if group:
-                    self._run(group)
+                self._run(group)
 
     def _take(self) -> list[Job] | None:
         """Wait for work, then for more until the token budget is met or the first job has
@@ -164,8 +166,11 @@ class Batcher:
         return live
 
     def _run(self, group: list[Job]) -> None:
-        with self._changed:
+        with self._changed:  # one hold: a request giving up now is either skipped or running
+            group = self._live(group)  # a request may give up while another group runs
             self._running = group
+        if not group:
+            return
         try:
             results = list(group[0].run([job.payload for job in group]))
             if len(results) != len(group):
@@ -182,6 +187,8 @@ class Batcher:
             return
         finally:
             with self._changed:
+                for job in group:
+                    job.decoded = True
                 self._running = []
         for job, result in zip(group, results, strict=True):
             _settle(job, result, None)

@@ -38,10 +38,17 @@ class Guard:
     counted."""
 
     def __init__(
-        self, app: ASGIApp, max_body_bytes: int, metrics: Metrics, body_timeout_s: float = 10.0
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        metrics: Metrics,
+        body_timeout_s: float = 10.0,
+        json_paths: frozenset[str] = frozenset(),
     ) -> None:
+        """`json_paths`: the routes whose POST body must be JSON (415 otherwise); elsewhere a
+        POST is the router's to refuse (404, 405)."""
         self.app, self.limit, self.metrics = app, max_body_bytes, metrics
-        self.body_timeout_s = body_timeout_s
+        self.body_timeout_s, self.json_paths = body_timeout_s, json_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -57,7 +64,8 @@ class Guard:
 
         try:
             declared = _content_length(scope)
-            unsupported = _unsupported_body(scope) if scope["method"] == "POST" else None
+            json_post = scope["method"] == "POST" and scope["path"] in self.json_paths
+            unsupported = _unsupported_body(scope) if json_post else None
             if declared is not None and declared > self.limit:  # refused before it is read
                 await _problem(413, BodyTooLarge(self.limit).detail)(scope, receive, sending)
             elif unsupported:

@@ -98,7 +98,9 @@ class DecoderProcess:
 
     def _call(self, method: str, works: list) -> list:
         with self._lock:
-            if not self._process.is_alive():  # it died while idle: nobody's work was lost
+            # Died while idle, or killed by `abandon` just after its answer (still alive for a
+            # moment after the signal): started afresh before it is given anyone's work.
+            if self._abandoned or not self._process.is_alive():
                 self._log_death("had died", self._process.exitcode)
                 self._stop()
                 self._start()

@@ -15,6 +15,10 @@ log = logging.getLogger(__name__)
 
 # `atomic_write`'s temporary names: "." + the file's name + "." + mkstemp's random part + ".tmp"
 _LEFTOVER = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")
+# The process's umask, read once at import (setting it is the only way to read it, and the
+# setting is process-wide): files are made as `open` would make them, not mkstemp's 0600.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def atomic_write(data: bytes, path: Path) -> None:
@@ -24,6 +28,7 @@ def atomic_write(data: bytes, path: Path) -> None:
     # never matches the step_*.pt pattern, so a leftover from a kill is ignored
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # others may read a run (TensorBoard, a server, a peer)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

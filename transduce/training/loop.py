@@ -108,7 +108,7 @@ class Trainer:
         self._consecutive_bad = 0
         self._epoch_batches = (-1, 0)  # (epoch, its number of batches), for `_budget_used`
         self._validate_first = False  # a validation to redo: it failed when the run stopped
-        self._resumed_stopped = False  # resumed from a stopped file: its step not yet saved
+        self._resumed_stopped = False  # from a stopped file (an old one: no step file of its step)
         self.stops = StopRequests()
         if resume:
             self._restore()
@@ -174,7 +174,7 @@ class Trainer:
             self.schedule.load_state_dict(state["schedule"])
         self.progress = Progress.from_state(state["progress"])
         self._validate_first = state.get("validate_first", False)
-        self._resumed_stopped = state.get("stopped", False)
+        self._resumed_stopped = state.get("stopped", self.progress.step not in self.store.steps())
         restore_rng(state["rng"], self.processes.rank)
         # Forget what a killed session logged after its checkpoint: it will be redone.
         self._on_main(lambda: keep_log_until(log_path, self.progress.step))
