@@ -107,3 +107,9 @@ def test_load_of_a_non_model_names_the_file(tmp_path):
     path.write_bytes(b"not a model")
     with pytest.raises(DataError, match=r"junk\.model"):
         Vocab.load(path)
+
+
+def test_whole_tokens_given_as_one_string_is_refused_not_split_into_characters(tmp_path):
+    """A str is a sequence too: "<sep>" would make "<", "s", "e", "p", ">" whole tokens each."""
+    with pytest.raises(TypeError, match=r"must be a list of tokens, e\.g\. \['<sep>'\]"):
+        train_joint(tokenized_lines(50), 60, tmp_path / "joint", whole_tokens="<sep>")

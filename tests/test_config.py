@@ -251,3 +251,24 @@ def test_every_field_is_of_a_type_an_override_can_read():
 )
 def test_a_boolean_set_as_1_or_0_is_read_as_true_or_false(raw, expected):
     assert override(base(), {"model.pre_norm": raw}).model.pre_norm is expected
+
+
+def test_a_section_built_from_python_holds_values_of_the_declared_types():
+    """`override` reads the command line's strings; from Python a dataclass takes anything, and
+    TaskConfig(lowercase="false") scored lowercased (a non-empty str is true), silently."""
+    from transduce.config import Config, DecodeConfig, TaskConfig, TransformerConfig
+
+    cases = [
+        (lambda: TaskConfig(lowercase="false"), "task.lowercase: expected bool, got str 'false'"),
+        (lambda: DecodeConfig(constrained="no"), "decode.constrained: expected bool"),
+        (lambda: DecodeConfig(beam_size=True), "decode.beam_size: expected int, got bool True"),
+        (lambda: Config(model=TransformerConfig(pre_norm="false")), "model.pre_norm: expected"),
+        (lambda: Config(model=TransformerConfig(d_model=128.5)), "model.d_model: expected int"),
+        (lambda: Config(model=None), "model: not a config section: None"),
+        (lambda: Config(decode=TaskConfig()), "decode: not a config section"),
+    ]
+    for make, says in cases:
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            make()
+    assert TransformerConfig(dropout=0).dropout == 0  # an int is a float
+    assert Config.from_dict(json.loads(Config().to_json())) == Config()

@@ -107,3 +107,47 @@ def test_decoding_a_model_left_in_training_mode_uses_no_dropout():
     for _ in range(3):
         got = decode_ids(model.train(), FakeVocab(), sources, decode, cpu)
         assert [h[0].tokens for h in got] == [h[0].tokens for h in expected]
+
+
+def test_what_would_be_silently_wrong_from_python_is_refused_saying_what_to_pass(tmp_path):
+    """A str where the list of sentences belongs was translated (and scored) character by
+    character, a generator came back empty, a mistyped decoding setting or a dict where a
+    DecodeConfig belongs failed deep inside: each refused, naming what to pass."""
+    translator = transduce.load(save_toy_model(tmp_path, DecodeConfig(beam_size=2)))
+    with pytest.raises(TypeError, match=r"not one str: for one sentence pass \['a b'\]"):
+        transduce.translate(translator, "a b")
+    with pytest.raises(TypeError, match=r"lines\[1\] is a NoneType, not a str"):
+        translator.translate(["a", None])
+    with pytest.raises(TypeError, match="not one str"):
+        transduce.translate_with_alignments(translator, "a b")
+    from_generator = transduce.translate(translator, (line for line in ["a b", "c"]))
+    assert (
+        from_generator == transduce.translate(translator, ["a b", "c"]) and len(from_generator) == 2
+    )
+    with pytest.raises(TypeError, match=r"unknown decoding settings \['beam'\]; DecodeConfig has"):
+        transduce.translate(translator, ["a"], beam=8)
+    with pytest.raises(TypeError, match="decode must be a DecodeConfig, not dict"):
+        translator.translate(["a"], {"beam_size": 2})
+    with pytest.raises(ValueError, match=r"decode\.max_len_a must be >= 0 and finite"):
+        transduce.translate(translator, ["a"], max_len_a=float("inf"))
+    with pytest.raises(TypeError, match="hypotheses must be a list of sentences, not one str"):
+        transduce.score("a dog runs", "a dog runs")
+    with pytest.raises(TypeError, match=r"references\[0\] is a NoneType"):
+        transduce.chrf(["a dog"], [None])
+
+
+def test_searching_with_a_model_in_training_mode_or_impossible_settings_is_refused():
+    """greedy_search and beam_search called directly (not through `decode_ids`, which sets eval
+    mode itself): a model left in training mode would decode with dropout, differently each
+    call; a beam of 0 failed in a reshape, n_best over the beam came back short, a negative
+    alpha ranked nonsense."""
+    model, src = tiny_model(3, dropout=0.5), torch.tensor([[4, 5, 6, 3]])
+    ids = {"bos": 2, "eos": 3, "pad": 0}
+    for search in (transduce.greedy_search, transduce.beam_search):
+        with pytest.raises(ValueError, match=r"training mode \(dropout on\): call model.eval"):
+            search(model.train(), src, **ids)
+    model.eval()
+    for bad in ({"beam_size": 0}, {"beam_size": 2, "n_best": 3}, {"alpha": -1.0}, {"n_best": 0}):
+        with pytest.raises(ValueError, match="beam_size must be an int >= 1, n_best in"):
+            transduce.beam_search(model, src, **ids, **bad)
+    assert transduce.beam_search(model, src, **ids, beam_size=2, n_best=2)[0][1].tokens is not None

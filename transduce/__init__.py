@@ -39,8 +39,11 @@ def load(model: Path | str, device: str | None = None) -> Translator:
 
 def translate(model: Path | str | Translator, lines: list[str], **decode: object) -> list[str]:
     """The best output for each line; `decode` overrides the model's settings (beam_size=...)."""
-    from dataclasses import replace
+    from dataclasses import fields, replace
 
+    names = [f.name for f in fields(DecodeConfig)]
+    if unknown := sorted(set(decode) - set(names)):
+        raise TypeError(f"unknown decoding settings {unknown}; DecodeConfig has {names}")
     translator = model if isinstance(model, Translator) else load(model)
     settings = replace(translator.decode, **decode) if decode else None
     return [best[0][0] for best in translator.translate(lines, settings)]

@@ -15,6 +15,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .typed import wrong_type
+
 POSITIONS = ("sinusoidal", "learned")
 SCHEDULES = ("noam", "constant", "plateau")
 CELLS = ("lstm", "gru")
@@ -123,10 +125,8 @@ class RnnConfig:
             "model.input_feeding: the additive score's Bahdanau wiring feeds the context c_j into "
             "the recurrent step already; set model.input_feeding=false",
         )
-        _require(
-            not self.tie_output or self.d_embed == self.d_model,
-            "model.tie_output needs model.d_embed == model.d_model (W_o is the embedding)",
-        )
+        tied_fits = not self.tie_output or self.d_embed == self.d_model
+        _require(tied_fits, "model.tie_output needs d_embed == d_model (W_o is the embedding)")
 
 
 # The model section's dataclass for each `model.family`. Every family has `d_model` (the width
@@ -212,10 +212,8 @@ class TrainConfig:
         _require(self.log_every > 0, "train.log_every must be positive")
         _require(self.valid_beam > 0, "train.valid_beam must be positive")
         _require(self.keep_last > 0, "train.keep_last must be positive")
-        _require(
-            0 < self.average_last <= self.keep_last,
-            "train.average_last must be in 1..train.keep_last",
-        )
+        last = self.average_last
+        _require(0 < last <= self.keep_last, "train.average_last must be in 1..train.keep_last")
         _require(self.precision in ("auto", "fp32"), "train.precision must be auto or fp32")
         _require(self.compile in ("auto", "on", "off"), "train.compile must be auto, on or off")
 
@@ -235,9 +233,10 @@ class DecodeConfig:
     constrained: bool = False
 
     def __post_init__(self) -> None:
+        _require(not (wrong := wrong_type(self, "decode")), str(wrong))
         _require(self.beam_size > 0, "decode.beam_size must be positive")
-        _require(self.alpha >= 0, "decode.alpha must be >= 0")
-        _require(self.max_len_a >= 0, "decode.max_len_a must be >= 0")
+        _require(0 <= self.alpha < float("inf"), "decode.alpha must be >= 0 and finite")
+        _require(0 <= self.max_len_a < float("inf"), "decode.max_len_a must be >= 0 and finite")
         _require(self.max_len_b > 0, "decode.max_len_b must be positive")
         _require(0 < self.n_best <= self.beam_size, "decode.n_best must be in 1..beam_size")
         _require(self.batch_size > 0, "decode.batch_size must be positive")
@@ -259,6 +258,7 @@ class TaskConfig:
     tags: bool = True
 
     def __post_init__(self) -> None:
+        _require(not (wrong := wrong_type(self, "task")), str(wrong))
         _require(self.name in TASKS, f"task.name must be one of {TASKS}")
         _require(self.tokenize in ("13a", "none", "intl", "char"), "task.tokenize: unknown")
 
@@ -273,6 +273,12 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+
+    def __post_init__(self) -> None:  # each section of its class, each field of its type
+        for name, kind in {**_SECTIONS, "model": (TransformerConfig, RnnConfig)}.items():
+            part = getattr(self, name)
+            _require(isinstance(part, kind), f"{name}: not a config section: {part!r}")
+            _require(not (wrong := wrong_type(part, name)), str(wrong))
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

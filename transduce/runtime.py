@@ -15,8 +15,17 @@ _tuned = False
 
 
 def pick_device(name: str | None = None) -> torch.device:
-    """The named device, else a GPU when there is one, else the CPU (with its allocator tuned)."""
-    device = torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+    """The named device, else a GPU when there is one, else the CPU (with its allocator tuned);
+    ValueError for a name torch does not know or a GPU this machine does not have."""
+    try:
+        device = torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError:
+        known = "use 'cpu', 'cuda' or 'cuda:N'"
+        raise ValueError(f"device {name!r}: not a device name; {known}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r}: no CUDA GPU is visible here; use 'cpu'")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {name!r}: this machine has {torch.cuda.device_count()} GPU(s)")
     if device.type == "cpu":
         keep_freed_memory()
     return device

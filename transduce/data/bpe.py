@@ -108,6 +108,8 @@ def train_joint(
     `whole_tokens` (e.g. a parse's `(NP` and `)NP`) are each one piece wherever they stand
     between spaces, so a linearised tree is as many pieces as it has tokens.
     """
+    if isinstance(whole_tokens, str):  # each character would become a whole token
+        raise TypeError(f"whole_tokens must be a list of tokens, e.g. [{whole_tokens!r}]")
     model_prefix = Path(model_prefix)
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(SEED)

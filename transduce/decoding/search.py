@@ -61,6 +61,13 @@ def _next_token_log_probs(
     return log_probs
 
 
+def _check_searchable(model: Seq2Seq) -> None:
+    """A model in training mode drops units at random: its outputs would change call to call.
+    (A `Seq2Seq` need not be a torch module: one without the flag has no such mode.)"""
+    if getattr(model, "training", False):
+        raise ValueError("the model is in training mode (dropout on): call model.eval() first")
+
+
 @torch.no_grad()
 def greedy_search(
     model: Seq2Seq,
@@ -76,6 +83,7 @@ def greedy_search(
 ) -> list[list[int]]:
     """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS.
     `constraint` (one row per sentence) rules tokens out, as in `beam_search`."""
+    _check_searchable(model)
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     cache = model.init_cache(model.encode(src), 1)
     rows = torch.arange(src.size(0), device=src.device)  # the sentence of each live row
@@ -127,6 +135,12 @@ def beam_search(
     hypotheses or reaches its length limit, and leaves the batch. `constraint` (one row per
     sentence to start) masks what it rules out at every step and follows the hypotheses.
     """
+    _check_searchable(model)
+    if not (isinstance(beam_size, int) and 0 < n_best <= beam_size and 0 <= alpha < float("inf")):
+        raise ValueError(
+            f"beam_size={beam_size!r}, n_best={n_best!r}, alpha={alpha!r}: beam_size must be an "
+            "int >= 1, n_best in 1..beam_size, alpha >= 0 and finite"
+        )
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     # The first step has one hypothesis per sentence (BOS), so it runs one row per sentence;

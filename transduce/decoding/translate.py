@@ -11,6 +11,7 @@ import torch
 from ..config import DecodeConfig, TaskConfig
 from ..data.batching import collate
 from ..data.bpe import Vocab
+from ..lines import sentence_list
 from ..models import Seq2Seq
 from ..models.int8 import Int8Weights, int8_products
 from ..models.int8 import available as int8_available
@@ -135,7 +136,9 @@ class Translator:
     ) -> list[list[tuple[str, Hypothesis]]]:
         """`translate` with each text's hypothesis (its token ids and scores); an empty line
         gives [('', Hypothesis([], 0.0, 0.0))]."""
-        decode = decode or self.decode
+        lines, decode = sentence_list(lines), decode or self.decode
+        if not isinstance(decode, DecodeConfig):
+            raise TypeError(f"decode must be a DecodeConfig, not {type(decode).__name__}")
         if decode.constrained and self.task.config.tags:  # the constraint knows XX, not POS tags
             raise ValueError("constrained search needs a model that writes XX for every tag "
                              "(data from `prepare ptb --no-tags`)")  # fmt: skip

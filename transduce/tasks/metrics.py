@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import sacrebleu
 
+from ..lines import sentence_list
+
 logger = logging.getLogger(__name__)
 
 # sacreBLEU's own test for text tokenized by mistake: this many lines ending in " ."
@@ -29,13 +31,17 @@ class Score:
         return f"{self.detail}\n  signature: {self.signature}"
 
 
-def _check(hypotheses: list[str], references: list[str]) -> None:
+def _checked(hypotheses: list[str], references: list[str]) -> tuple[list[str], list[str]]:
+    """Both as lists of str of one length; two strings would be scored character by character."""
+    hypotheses = sentence_list(hypotheses, "hypotheses")
+    references = sentence_list(references, "references")
     if len(hypotheses) != len(references):
         raise ValueError(
             f"{len(hypotheses)} hypotheses but {len(references)} references: one line each"
         )
     if not hypotheses:
         raise ValueError("no hypotheses to score: a corpus score needs at least one line")
+    return hypotheses, references
 
 
 def bleu(
@@ -53,7 +59,7 @@ def bleu(
     is tokenized on purpose (a corpus's `tok` variant), so the hint logged for text that looks
     tokenized by mistake (sacreBLEU's test, our words) is left out.
     """
-    _check(hypotheses, references)
+    hypotheses, references = _checked(hypotheses, references)
     if lowercase_tokenized:
         tokenize, lowercase = "none", True
     if not tokenized_text and tokenize != "none":
@@ -78,7 +84,7 @@ def _hint_if_tokenized(hypotheses: list[str]) -> None:
 
 
 def chrf(hypotheses: list[str], references: list[str]) -> Score:
-    _check(hypotheses, references)
+    hypotheses, references = _checked(hypotheses, references)
     metric = sacrebleu.CHRF()
     result = metric.corpus_score(hypotheses, [references])
     return Score("chrF", result.score, str(metric.get_signature()), str(result))

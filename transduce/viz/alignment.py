@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..decoding.translate import Translator
+from ..lines import sentence_list
 from .capture import SentenceAttention, attention_of_ids, best_translations
 
 Links = set[tuple[int, int]]  # (source word, target word), 0-based
@@ -64,6 +65,7 @@ def translate_with_alignments(
 ) -> list[tuple[str, list[tuple[int, int]]]]:
     """Each line's best translation (beam search with `decode`, default the run's settings) and
     its word alignment; an empty line gives ('', [])."""
+    lines = sentence_list(lines)
     todo = [i for i, line in enumerate(lines) if line.strip()]
     sources = translator.vocab.encode([lines[i].strip() for i in todo])
     targets = best_translations(translator, sources, decode)
