@@ -61,11 +61,17 @@ def _next_token_log_probs(
     return log_probs
 
 
-def _check_searchable(model: Seq2Seq) -> None:
+def _check_searchable(model: Seq2Seq, beam_size: int = 1, n_best: int = 1, alpha: float = 0.0):
     """A model in training mode drops units at random: its outputs would change call to call.
-    (A `Seq2Seq` need not be a torch module: one without the flag has no such mode.)"""
+    (A `Seq2Seq` need not be a torch module: one without the flag has no such mode.) And the
+    beam's settings as `DecodeConfig` holds them: a beam of 0 failed in a reshape."""
     if getattr(model, "training", False):
         raise ValueError("the model is in training mode (dropout on): call model.eval() first")
+    if not (isinstance(beam_size, int) and 0 < n_best <= beam_size and 0 <= alpha < float("inf")):
+        raise ValueError(
+            f"beam_size={beam_size!r}, n_best={n_best!r}, alpha={alpha!r}: beam_size must be an "
+            "int >= 1, n_best in 1..beam_size, alpha >= 0 and finite"
+        )
 
 
 @torch.no_grad()
@@ -135,12 +141,7 @@ def beam_search(
     hypotheses or reaches its length limit, and leaves the batch. `constraint` (one row per
     sentence to start) masks what it rules out at every step and follows the hypotheses.
     """
-    _check_searchable(model)
-    if not (isinstance(beam_size, int) and 0 < n_best <= beam_size and 0 <= alpha < float("inf")):
-        raise ValueError(
-            f"beam_size={beam_size!r}, n_best={n_best!r}, alpha={alpha!r}: beam_size must be an "
-            "int >= 1, n_best in 1..beam_size, alpha >= 0 and finite"
-        )
+    _check_searchable(model, beam_size, n_best, alpha)
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     # The first step has one hypothesis per sentence (BOS), so it runs one row per sentence;
