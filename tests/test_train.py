@@ -378,3 +378,24 @@ def test_the_final_average_takes_only_the_second_half_of_a_short_run(toy_data, t
     _trainer(config, toy_data, tmp_path / "run").run()
     averaged = load(tmp_path / "run" / "average.pt")["averaged_from"]
     assert [int(p.split("step_")[1][:8]) for p in averaged] == [60, 80, 100]
+
+
+def test_learned_positions_too_few_for_the_data_are_refused_before_the_run_starts(
+    toy_data, tmp_path
+):
+    """A table of learned positions shorter than the longest sentence failed at the first batch
+    that held one, minutes into the run: now refused at once, with the size that fits, and
+    nothing written."""
+    from transduce.config import ConfigError
+
+    data = PreparedData.load(toy_data)
+    longest = max(
+        int(max(data.split(name).src_lengths.max(), data.split(name).tgt_lengths.max()))
+        for name in ("train", "dev")
+    )
+    learned = {"model.positions": "learned", "model.max_positions": longest}
+    with pytest.raises(ConfigError, match=f"set model.max_positions={longest + 1} or more"):
+        _trainer(toy_config(**learned), toy_data, tmp_path / "short")
+    assert not (tmp_path / "short").exists()
+    fits = toy_config(**learned | {"model.max_positions": longest + 1, "train.max_steps": 2})
+    _trainer(fits, toy_data, tmp_path / "fits").run()  # trains, and scores every dev pair

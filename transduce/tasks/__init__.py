@@ -75,7 +75,23 @@ def resolve_config(config: Config, data: PreparedData) -> Config:
     each decoding setting left at its default becomes the task's (`decode_settings`)."""
     model = replace(config.model, vocab_size=data.vocab.size)
     decode = decode_settings(data.task, config.decode)
+    _check_positions(config, data)
     return replace(config, model=model, task=data.task, decode=decode)
+
+
+def _check_positions(config: Config, data: PreparedData) -> None:
+    """A table of learned positions holds the longest training and dev pair (EOS or BOS
+    included), or the run would fail at the first batch that does not fit, minutes in."""
+    if getattr(config.model, "positions", None) != "learned":
+        return
+    splits = [data.split(name) for name in ("train", "dev") if name in data.splits]
+    longest = max(int(max(s.src_lengths.max(), s.tgt_lengths.max())) for s in splits if len(s))
+    if longest + 1 > config.model.max_positions:
+        raise ConfigError(
+            f"model.max_positions={config.model.max_positions} is shorter than the data's longest "
+            f"sentence ({longest} subwords + EOS): set model.max_positions={longest + 1} or more, "
+            "or prepare the data with a smaller maximum length"
+        )
 
 
 __all__ = ["Score", "Task", "decode_settings", "get_task", "resolve_config"]
