@@ -403,3 +403,16 @@ def test_recover_leaves_a_consistent_store_alone_and_a_worse_missing_step_out_of
     assert recovered["best"]["step"] == 10
     assert [(e["step"], e["score"]) for e in recovered["steps"]] == [(10, 0.5), (20, 0.1)]
     assert load(store.best_path())["step"] == 10
+
+
+def test_a_model_path_that_is_missing_or_a_dataset_is_named_as_such(tmp_path: Path) -> None:
+    """`load("runs/typo")` said "no checkpoint found (has training started?)"."""
+    with pytest.raises(FileNotFoundError, match="no such run folder or checkpoint file"):
+        checkpoint.default_checkpoint(tmp_path / "typo")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "meta.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="a prepared dataset, not a run folder"):
+        checkpoint.default_checkpoint(tmp_path / "data")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint found \(has training started\?\)"):
+        checkpoint.default_checkpoint(tmp_path / "run")

@@ -368,6 +368,10 @@ def default_checkpoint(run_dir: Path) -> Path:
     average_path = run_dir / AVERAGE_FILE
     if average_path.exists():
         return average_path
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir}: no such run folder or checkpoint file")
+    if (run_dir / "meta.json").is_file():
+        raise FileNotFoundError(f"{run_dir}: a prepared dataset, not a run folder: train on it")
     newest = CheckpointStore(run_dir, keep_last=1).newest_paths()
     if not newest:
         raise FileNotFoundError(f"{run_dir}: no checkpoint found (has training started?)")
