@@ -120,3 +120,17 @@ def test_leaving_the_block_stops_the_server_and_its_worker(engine):
     assert set(threading.enumerate()) <= before  # neither uvicorn's thread nor the worker left
     with pytest.raises(httpx.ConnectError):
         httpx.get(url + "/health")
+
+
+def test_a_translator_is_served_as_it_stands_and_settings_of_another_kind_are_named(engine):
+    """`create_app(transduce.load(run))` failed on a missing `facts`; a dict of settings failed
+    as late, on a missing attribute."""
+    from fastapi.testclient import TestClient
+
+    from transduce.serve.app import create_app
+
+    with TestClient(create_app(engine.translator)) as client:
+        answer = client.post("/v1/translate", json={"text": "the dog"})
+        assert answer.status_code == 200 and answer.json()["model"] == "model"
+    with pytest.raises(TypeError, match="settings must be a ServeSettings, not dict"):
+        create_app(engine, {"max_beam": 4})

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 
 from .. import __version__
+from ..decoding.translate import Translator
 from .batcher import Batcher
 from .engine import Engine, ModelFacts
 from .limits import Guard, install_error_handlers
@@ -38,8 +39,19 @@ class Server:
     page: str
 
 
-def create_app(engine: Engine | DecoderProcess, settings: ServeSettings | None = None) -> FastAPI:
+def create_app(
+    engine: Engine | DecoderProcess | Translator, settings: ServeSettings | None = None
+) -> FastAPI:
+    """The app serving `engine` (a `Translator` is served as an `Engine` named "model")."""
+    if isinstance(engine, Translator):
+        engine = Engine(engine, "model")
+    if not isinstance(engine, Engine | DecoderProcess):
+        raise TypeError(
+            f"engine must be an Engine, a DecoderProcess or a Translator, not {engine!r}"
+        )
     settings = settings or ServeSettings()
+    if not isinstance(settings, ServeSettings):
+        raise TypeError(f"settings must be a ServeSettings, not {type(settings).__name__}")
     metrics = Metrics()
     batcher = Batcher(settings, metrics, abandon=getattr(engine, "abandon", None))
     facts = engine.facts
