@@ -159,7 +159,7 @@ class Trainer:
         state = self.store.load_latest()
         log_path = self.run_dir / "log.jsonl"
         if state is None:
-            logger.info("nothing to resume in %s: starting afresh", self.run_dir)
+            logger.warning("nothing to resume in %s: starting afresh", self.run_dir)
             self._on_main(lambda: keep_log_until(log_path, 0))
             return
         world = state["progress"].get("world", 1)
