@@ -78,12 +78,12 @@ def test_an_error_in_the_decoding_process_crosses_back_as_itself(decoder):
         assert client.post("/v1/attention", json={"text": "the dog"}).status_code == 200
 
 
-def dies_on_its_first_work(pipe, *spec) -> None:
-    """The child of `DecoderProcess` in the next tests: it loads the model and sends its facts,
-    then, if it is the first child to be given work, dies holding it."""
-    marker = Path(os.environ[DIES_ONCE])
+def _on_the_first_work(pipe, spec, marker_variable: str, instead) -> None:
+    """`_decode_forever` in a child whose pipe, the first time any child is given work (the file
+    named by the environment's `marker_variable` records it), calls `instead` before answering."""
+    marker = Path(os.environ[marker_variable])
 
-    class Dying:
+    class FirstWork:
         def send(self, message) -> None:
             pipe.send(message)
 
@@ -91,10 +91,16 @@ def dies_on_its_first_work(pipe, *spec) -> None:
             message = pipe.recv()
             if message is not None and not marker.exists():
                 marker.touch()
-                os._exit(9)
+                instead()
             return message
 
-    _decode_forever(Dying(), *spec)
+    _decode_forever(FirstWork(), *spec)
+
+
+def dies_on_its_first_work(pipe, *spec) -> None:
+    """The child of `DecoderProcess` in the next tests: it loads the model and sends its facts,
+    then, if it is the first child to be given work, dies holding it."""
+    _on_the_first_work(pipe, spec, DIES_ONCE, lambda: os._exit(9))
 
 
 def test_a_decoding_process_that_dies_with_work_is_replaced_and_the_server_serves_on(
@@ -120,22 +126,9 @@ HANGS_ONCE = "TRANSDUCE_TEST_HANGS_ONCE"  # a file: the first child given work m
 
 
 def hangs_on_its_first_work(pipe, *spec) -> None:
-    """A child that, if it is the first to be given work, never answers it: one request too
-    costly to finish within anyone's time budget."""
-    marker = Path(os.environ[HANGS_ONCE])
-
-    class Hanging:
-        def send(self, message) -> None:
-            pipe.send(message)
-
-        def recv(self):
-            message = pipe.recv()
-            if message is not None and not marker.exists():
-                marker.touch()
-                time.sleep(120)  # were it not stopped, a failing test waits this long
-            return message
-
-    _decode_forever(Hanging(), *spec)
+    """A child that, if it is the first to be given work, does not answer it for 120 s (were it
+    not stopped, a failing test waits this long): one request too costly for any time budget."""
+    _on_the_first_work(pipe, spec, HANGS_ONCE, lambda: time.sleep(120))
 
 
 def test_decoding_that_every_request_has_given_up_on_is_stopped_and_the_server_serves_on(
