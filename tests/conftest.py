@@ -205,3 +205,17 @@ def browser():
         launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield launched
         launched.close()
+
+
+def killed_at_rename(kill_at: int):
+    """An `os.replace` that dies (KeyboardInterrupt, as a kill) at its `kill_at`-th call,
+    before renaming: the write it belongs to is left as a kill leaves it."""
+    real_replace, calls = os.replace, []
+
+    def dying_replace(src, dst) -> None:
+        calls.append(dst)
+        if len(calls) == kill_at:
+            raise KeyboardInterrupt("killed")
+        real_replace(src, dst)
+
+    return dying_replace

@@ -16,6 +16,8 @@ from transduce.training import checkpoint, files
 from transduce.training.checkpoint import CheckpointError, CheckpointStore, average, load, save
 from transduce.training.resume import Progress, capture_rng, restore_rng
 
+from .conftest import killed_at_rename
+
 
 def tiny_state(step: int, fill: float = 0.0) -> dict[str, Any]:
     """A tiny state in the documented layout; `fill` shifts the model weights."""
@@ -215,16 +217,7 @@ def test_kill_during_save_keeps_previous_state(
     store.save(tiny_state(10), 10, 0.5)
     index_before = store.index_path.read_bytes()
     best_before = store.best_path().read_bytes()
-    calls = []
-    real_replace = os.replace
-
-    def dying_replace(src: Any, dst: Any) -> None:
-        calls.append(dst)
-        if len(calls) == fail_at:
-            raise KeyboardInterrupt("killed")
-        real_replace(src, dst)
-
-    monkeypatch.setattr(files.os, "replace", dying_replace)
+    monkeypatch.setattr(files.os, "replace", killed_at_rename(fail_at))
     with pytest.raises(KeyboardInterrupt):
         store.save(tiny_state(20), 20, 0.9)
     monkeypatch.undo()

@@ -1,5 +1,4 @@
 import json
-import os
 import time
 from types import SimpleNamespace
 
@@ -16,6 +15,8 @@ from transduce.training.runlog import (
     read_log,
     write_run_folder,
 )
+
+from .conftest import killed_at_rename
 
 
 def test_a_last_line_torn_by_a_kill_is_dropped(tmp_path):
@@ -152,16 +153,8 @@ def test_a_kill_while_a_resume_rewrites_the_run_files_leaves_each_whole(tmp_path
     write_run_folder(run, Config(), data, resume=False)
     (run / "log.jsonl").write_text('{"kind": "train", "step": 1}\n{"kind": "train", "step": 2}\n')
     before = {name: (run / name).read_bytes() for name in names}
-    real_replace = os.replace
     for kill_at in range(1, 5):
-
-        def dying_replace(src, dst, calls=[], kill_at=kill_at):  # noqa: B006 (its own count)
-            calls.append(dst)
-            if len(calls) == kill_at:
-                raise KeyboardInterrupt("killed")
-            real_replace(src, dst)
-
-        monkeypatch.setattr(files.os, "replace", dying_replace)
+        monkeypatch.setattr(files.os, "replace", killed_at_rename(kill_at))
         with pytest.raises(KeyboardInterrupt):
             write_run_folder(run, Config(), data, resume=True)
             keep_log_until(run / "log.jsonl", 2)
