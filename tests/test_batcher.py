@@ -298,3 +298,26 @@ def test_a_client_that_leaves_mid_call_does_not_stop_it_and_finished_work_is_dis
     during, after, dropped = asyncio.run(scenario())
     assert during == ["discarded"] and after == "discarded" and stops == []
     assert dropped == {"disconnected": 1, "timeout": 1}
+
+
+def test_one_request_timing_out_does_not_stop_a_call_others_still_wait_for():
+    stops: list = []
+
+    async def scenario():
+        batcher = Batcher(
+            ServeSettings(batch_wait_ms=20), Metrics(), abandon=lambda: stops.append(1)
+        )
+        holder: list = []
+
+        def run(payloads):
+            holder.append(batcher.withdraw(first, "timeout"))  # one of the two gives up
+            return [f"done:{p}" for p in payloads]
+
+        first, second = _job("a", "k", run), _job("b", "k", run)
+        batcher.submit(first)
+        batcher.submit(second)
+        await _drained(batcher, [second])
+        return holder, second.future.result()
+
+    fates, result = asyncio.run(scenario())
+    assert fates == ["discarded"] and stops == [] and result == "done:b"

@@ -378,6 +378,9 @@ def test_the_runs_writer_takes_a_step_file_a_kill_left_out_of_the_index_back_in(
     assert [(e["step"], e["score"]) for e in index["steps"]] == [(10, 0.5), (20, 0.9)]
     assert_same(load(store.best_path())["model"], tiny_state(20, fill=1.0)["model"])
     assert not list(store.dir.glob(".*.tmp"))
+    (store.dir / "notes.tmp").write_text("mine")  # not a name our writes leave
+    CheckpointStore(tmp_path, keep_last=1).recover()
+    assert (store.dir / "notes.tmp").exists()
     reopened.save(tiny_state(30), 30, 0.7)  # rotation keeps the best it now knows
     assert reopened.steps() == [20, 30]
 

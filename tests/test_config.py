@@ -272,3 +272,40 @@ def test_a_section_built_from_python_holds_values_of_the_declared_types():
             make()
     assert TransformerConfig(dropout=0).dropout == 0  # an int is a float
     assert Config.from_dict(json.loads(Config().to_json())) == Config()
+
+
+def test_an_int_is_a_float_and_an_infinite_alpha_or_length_is_refused():
+    from transduce.config import Config, DecodeConfig, TransformerConfig
+
+    assert DecodeConfig(alpha=1, max_len_a=0).alpha == 1
+    assert Config(model=TransformerConfig(dropout=0)).model.dropout == 0
+    for field in ("alpha", "max_len_a"):
+        with pytest.raises(ConfigError, match=f"decode.{field} must be >= 0 and finite"):
+            DecodeConfig(**{field: float("inf")})
+
+
+def test_a_dev_sentence_longer_than_learned_positions_is_refused_too():
+    """Validation decodes and scores every dev pair, never filtered by length."""
+    import numpy as np
+
+    from transduce.config import Config, TransformerConfig
+    from transduce.tasks import _check_positions
+
+    class Split:
+        def __init__(self, longest: int) -> None:
+            self.src_lengths, self.tgt_lengths = np.array([3, longest]), np.array([4, 4])
+
+        def __len__(self) -> int:
+            return 2
+
+    class Data:
+        def __init__(self) -> None:
+            self.splits = {"train": Split(9), "dev": Split(20)}
+            self.split = self.splits.__getitem__
+
+    def learned(size: int) -> Config:
+        return Config(model=TransformerConfig(positions="learned", max_positions=size))
+
+    with pytest.raises(ConfigError, match=r"set model\.max_positions=21 or more"):
+        _check_positions(learned(12), Data())
+    _check_positions(learned(21), Data())

@@ -343,6 +343,8 @@ def test_a_body_not_sent_as_json_is_415_saying_so(served, headers, says):
     with httpx.Client(base_url=served) as client:
         answer = client.post("/v1/translate", content=b'{"text": "the dog"}', headers=headers)
         assert answer.status_code == 415 and says in answer.json()["detail"]
+        drawn = client.post("/v1/attention", content=b'{"text": "the dog"}', headers=headers)
+        assert drawn.status_code == 415
         assert "application/json" in answer.json()["detail"] or "gzip" in answer.json()["detail"]
         json_like = {"content-type": "Application/vnd.api+JSON; charset=utf-8"}
         liked = client.post("/v1/translate", content=b'{"text": "the dog"}', headers=json_like)
@@ -435,6 +437,40 @@ def test_a_body_that_does_not_arrive_in_time_is_408_and_others_are_served_meanwh
         assert answer.startswith("HTTP/1.1 408") and "did not arrive within 1.0 s" in answer
         assert 0.9 < time.monotonic() - started < 10
         _good(client)
+
+
+def test_a_body_trickling_in_is_408_at_its_deadline_and_slow_decoding_is_not(engine, monkeypatch):
+    """The body's time limit counts from its first part, however often more comes, and ends
+    once the body is whole: a decoding slower than the limit is answered, not cut off."""
+    settings = replace(LOOPBACK, body_timeout_s=1.0)
+    real = engine.translate
+
+    def slow(works):
+        time.sleep(1.5)
+        return real(works)
+
+    with Background(engine, settings) as url, httpx.Client(base_url=url, timeout=30) as client:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as trickle:
+            trickle.sendall(
+                b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100\r\n\r\n"
+            )
+            started = time.monotonic()
+            trickle.setblocking(False)
+            answer = b""
+            while not answer and time.monotonic() - started < 5:
+                try:
+                    trickle.send(b" ")  # a byte every 0.2 s: never idle, never whole
+                    answer = trickle.recv(4096)
+                except BlockingIOError:
+                    time.sleep(0.2)
+                except OSError:
+                    break
+        assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - started < 3
+        monkeypatch.setattr(engine, "translate", slow)
+        decoded = client.post("/v1/translate", json={"text": "the dog"})
+        assert decoded.status_code == 200 and decoded.json()["translations"][0]["text"]
 
 
 def test_sizes_over_their_limits_get_413(engine):

@@ -162,6 +162,20 @@ def test_decoding_that_every_request_has_given_up_on_is_stopped_and_the_server_s
         decoder.close()
 
 
+def test_a_child_stopped_just_after_its_answer_is_replaced_before_the_next_work(model):
+    """`abandon` can land a moment after the child answered: the child is still alive then, but
+    dying, and the next live request's work must go to a fresh one, not fail with a 503."""
+    decoder = DecoderProcess(model, threads=1)
+    try:
+        first = decoder.pid
+        decoder.abandon()
+        work = TranslateWork(["the dog runs"], DECODE, alignments=False)
+        assert decoder.translate([work])  # no DecoderRestarted
+        assert decoder.pid not in (None, first)
+    finally:
+        decoder.close()
+
+
 def test_a_decoding_process_that_died_idle_is_replaced_before_the_next_work(model):
     decoder = DecoderProcess(model, threads=1)
     try:

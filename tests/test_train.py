@@ -399,3 +399,21 @@ def test_learned_positions_too_few_for_the_data_are_refused_before_the_run_start
     assert not (tmp_path / "short").exists()
     fits = toy_config(**learned | {"model.max_positions": longest + 1, "train.max_steps": 2})
     _trainer(fits, toy_data, tmp_path / "fits").run()  # trains, and scores every dev pair
+
+
+def test_a_resume_takes_back_a_checkpoint_a_kill_left_out_of_the_index(toy_data, tmp_path):
+    """The run's writer recovers the store before it resumes: a step file missing from
+    index.json is indexed again, and a killed write's temporary file is deleted."""
+    import json
+
+    run = tmp_path / "run"
+    _trainer(toy_config(**{"train.max_steps": 40}), toy_data, run).run()
+    index_path = run / "checkpoints" / "index.json"
+    index = json.loads(index_path.read_text())
+    last = index["steps"].pop()["step"]
+    index_path.write_text(json.dumps(index))
+    leftover = run / "checkpoints" / f".step_{last + 20:08d}.pt.k1ll3d.tmp"
+    leftover.write_bytes(b"half")
+    _trainer(toy_config(**{"train.max_steps": 40}), toy_data, run, resume=True)
+    assert last in [entry["step"] for entry in json.loads(index_path.read_text())["steps"]]
+    assert not leftover.exists()

@@ -147,7 +147,8 @@ def test_searching_with_a_model_in_training_mode_or_impossible_settings_is_refus
         with pytest.raises(ValueError, match=r"training mode \(dropout on\): call model.eval"):
             search(model.train(), src, **ids)
     model.eval()
-    for bad in ({"beam_size": 0}, {"beam_size": 2, "n_best": 3}, {"alpha": -1.0}, {"n_best": 0}):
+    impossible = [{"beam_size": 0}, {"beam_size": 2, "n_best": 3}, {"n_best": 0}]
+    for bad in [*impossible, {"alpha": -1.0}, {"alpha": float("inf")}]:
         with pytest.raises(ValueError, match="beam_size must be an int >= 1, n_best in"):
             transduce.beam_search(model, src, **ids, **bad)
     assert transduce.beam_search(model, src, **ids, beam_size=2, n_best=2)[0][1].tokens is not None
