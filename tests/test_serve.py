@@ -419,18 +419,25 @@ def test_a_failure_of_ours_is_a_500_naming_its_kind_and_the_server_keeps_serving
     assert counted == 1
 
 
+def _posting(url: str, first_bytes: bytes) -> socket.socket:
+    """A raw connection that has sent a translate request's headers, declaring a body of 100
+    bytes, and `first_bytes` of that body."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = socket.create_connection((host, int(port)), timeout=30)
+    connection.sendall(
+        b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100\r\n\r\n" + first_bytes
+    )
+    return connection
+
+
 def test_a_body_that_does_not_arrive_in_time_is_408_and_others_are_served_meanwhile(engine):
     """A Content-Length larger than what the client sends, or a body trickling in, held its
     request open for ever (and spent the decoding budget waiting): now 408 once
     `body_timeout_s` has passed since the body was first asked for."""
     settings = replace(LOOPBACK, body_timeout_s=1.0)
     with Background(engine, settings) as url, httpx.Client(base_url=url) as client:
-        host, port = url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=30) as short:
-            short.sendall(
-                b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b'Content-Length: 100\r\n\r\n{"text": "the'
-            )
+        with _posting(url, b'{"text": "the') as short:
             started = time.monotonic()
             _good(client)  # the waiting body holds nobody else up
             answer = short.recv(4096).decode()
@@ -450,12 +457,7 @@ def test_a_body_trickling_in_is_408_at_its_deadline_and_slow_decoding_is_not(eng
         return real(works)
 
     with Background(engine, settings) as url, httpx.Client(base_url=url, timeout=30) as client:
-        host, port = url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=30) as trickle:
-            trickle.sendall(
-                b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: 100\r\n\r\n"
-            )
+        with _posting(url, b"") as trickle:
             started = time.monotonic()
             trickle.setblocking(False)
             answer = b""
