@@ -63,9 +63,10 @@ class Guard:
             await send(message)
 
         try:
-            declared = _content_length(scope)
+            headers = _headers(scope)
+            declared = _content_length(headers)
             json_post = scope["method"] == "POST" and scope["path"] in self.json_paths
-            unsupported = _unsupported_body(scope) if json_post else None
+            unsupported = _unsupported_body(headers) if json_post else None
             if declared is not None and declared > self.limit:  # refused before it is read
                 await _problem(413, BodyTooLarge(self.limit).detail)(scope, receive, sending)
             elif unsupported:
@@ -112,14 +113,19 @@ class Guard:
         return counted
 
 
-def _unsupported_body(scope: Scope) -> str | None:
+def _headers(scope: Scope) -> dict[str, str]:
+    """The request's headers by lowercased name, values stripped and lowercased (the first of
+    a name given twice wins)."""
+    headers: dict[str, str] = {}
+    for name, value in scope.get("headers", []):
+        headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1").strip().lower())
+    return headers
+
+
+def _unsupported_body(headers: dict[str, str]) -> str | None:
     """Why a POST body is not one we read, or None. Without a JSON Content-Type (curl's `-d`
     sends a form's) the body would be refused later as a dict of the wrong shape, a 422 that
     says nothing of the real mistake."""
-    headers = {
-        name.decode("latin-1").lower(): value.decode("latin-1").strip().lower()
-        for name, value in scope["headers"]
-    }
     kind = headers.get("content-type", "").split(";")[0].strip()
     if kind != "application/json" and not kind.endswith("+json"):
         given = f"Content-Type {kind}" if kind else "no Content-Type"
@@ -130,14 +136,11 @@ def _unsupported_body(scope: Scope) -> str | None:
     return None
 
 
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", []):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+def _content_length(headers: dict[str, str]) -> int | None:
+    try:
+        return int(headers["content-length"])
+    except (KeyError, ValueError):
+        return None
 
 
 def _problem(status: int, detail: str, headers: dict | None = None, **extra) -> JSONResponse:
