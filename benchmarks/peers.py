@@ -282,6 +282,30 @@ def median_after_warmup(values: list[float], skip: int) -> float | None:
 
 # --- the machine ----------------------------------------------------------------------------
 
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, object]:
+    """Which CPU a run was on, for its record: machines of one kind differ from session to
+    session (an AMD EPYC of family 25 ran CTranslate2 2.5x faster at batch 1 than the AVX2-only
+    hosts before it; SPEED.md, session 44), so the name alone does not say which it was."""
+    if cpuinfo is None:
+        path = Path("/proc/cpuinfo")
+        cpuinfo = path.read_text() if path.exists() else ""
+    first: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        first.setdefault(key.strip(), value.strip())
+    flags = set(first.get("flags", "").split())
+    return {
+        "name": first.get("model name", "unknown"),
+        "vendor": first.get("vendor_id", "unknown"),
+        "family": first.get("cpu family", "?"),
+        "model": first.get("model", "?"),
+        "l2_cache": first.get("cache size", "?"),
+        "isa": sorted(f for f in flags if f.startswith(("avx", "amx")) or "vnni" in f),
+        "cores": os.cpu_count(),
+    }
+
+
 SGEMM_PROBE = r"""
 import json, sys, time, torch
 torch.set_num_threads(int(sys.argv[1]))

@@ -197,6 +197,14 @@ def chosen_engines(args, model, vocab) -> dict:
     return {name: builders[name]() for name in chosen}
 
 
+def _ct2_version() -> dict[str, str]:
+    try:
+        import ctranslate2
+    except ImportError:
+        return {}
+    return {"ctranslate2": ctranslate2.__version__}
+
+
 def speed(args) -> None:
     data = PreparedData.load(args.prepared)
     vocab = data.vocab
@@ -238,6 +246,7 @@ def speed(args) -> None:
         "model": str(args.model),
         "threads": args.threads,
         "rounds": args.rounds,
+        "machine": {"cpu": peers.cpu_identity(), "torch": torch.__version__, **_ct2_version()},
         "rows": results,
     }
     (args.out / "results.json").write_text(json.dumps(summary, indent=2))

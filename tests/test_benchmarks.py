@@ -75,3 +75,23 @@ def test_the_batch_shapes_benchmark_counts_both_cuts():
     mixed, one_length = done.stdout.splitlines()
     assert mixed.startswith("mixed lengths") and "sources padded 0 " not in mixed
     assert one_length.startswith("one source length") and "single sentence 0 " in one_length
+
+
+def test_a_benchmark_records_which_cpu_it_ran_on():
+    """Family and model tell apart two machines both named "AMD EPYC", and the ISA list says
+    whether AVX-512 or VNNI was there (the decode benchmark's record carries it)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import peers
+
+    cpuinfo = (
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+        "model name\t: AMD EPYC\ncache size\t: 512 KB\nflags\t\t: fpu sse2 avx avx2 fma vaes\n"
+        "processor\t: 1\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+    )
+    identity = peers.cpu_identity(cpuinfo)
+    assert [identity[key] for key in ("vendor", "family", "model")] == ["AuthenticAMD", "25", "1"]
+    assert identity["name"] == "AMD EPYC" and identity["l2_cache"] == "512 KB"
+    assert identity["isa"] == ["avx", "avx2"]
+    intel = "model name\t: Xeon\nflags\t\t: avx2 avx512f avx512_vnni amx_tile\n"
+    assert peers.cpu_identity(intel)["isa"] == ["amx_tile", "avx2", "avx512_vnni", "avx512f"]
+    assert peers.cpu_identity("")["name"] == "unknown"
