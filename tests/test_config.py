@@ -255,10 +255,25 @@ def test_a_boolean_set_as_1_or_0_is_read_as_true_or_false(raw, expected):
 
 def test_a_section_built_from_python_holds_values_of_the_declared_types():
     """`override` reads the command line's strings; from Python a dataclass takes anything, and
-    TaskConfig(lowercase="false") scored lowercased (a non-empty str is true), silently."""
-    from transduce.config import Config, DecodeConfig, TaskConfig, TransformerConfig
+    TaskConfig(lowercase="false") scored lowercased (a non-empty str is true), silently. Every
+    section checks itself, so one built alone (a model's, handed to `build_model`) is checked
+    too, before its own rules compare a str with a number."""
+    from transduce.config import (
+        Config,
+        DataConfig,
+        DecodeConfig,
+        RnnConfig,
+        TaskConfig,
+        TrainConfig,
+        TransformerConfig,
+    )
 
     cases = [
+        (lambda: TransformerConfig(pre_norm="false"), "model.pre_norm: expected bool, got str"),
+        (lambda: TransformerConfig(d_model="512"), "model.d_model: expected int, got str '512'"),
+        (lambda: RnnConfig(bidirectional=1), "model.bidirectional: expected bool, got int 1"),
+        (lambda: DataConfig(max_tokens=2048.0), "data.max_tokens: expected int, got float"),
+        (lambda: TrainConfig(max_steps="10"), "train.max_steps: expected int, got str '10'"),
         (lambda: TaskConfig(lowercase="false"), "task.lowercase: expected bool, got str 'false'"),
         (lambda: DecodeConfig(constrained="no"), "decode.constrained: expected bool"),
         (lambda: DecodeConfig(beam_size=True), "decode.beam_size: expected int, got bool True"),

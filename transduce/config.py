@@ -15,17 +15,13 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .typed import wrong_type
+from .typed import ConfigError, check_types
 
 POSITIONS = ("sinusoidal", "learned")
 SCHEDULES = ("noam", "constant", "plateau")
 CELLS = ("lstm", "gru")
 SCORES = ("dot", "general", "concat", "additive")  # Luong et al. 2015's three; Bahdanau et al.'s
 DECODER_INITS = ("zero", "bridge")
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field."""
 
 
 def _require(condition: bool, message: str) -> None:
@@ -60,6 +56,7 @@ class TransformerConfig:
     vocab_size: int = 0  # 0 until the data is known; set by training from the vocabulary
 
     def __post_init__(self) -> None:
+        check_types(self, "model")
         _require(self.family == "transformer", "model.family of a TransformerConfig is transformer")
         for name in ("n_layers", "d_model", "d_ff", "h", "d_k", "d_v", "max_positions"):
             _require(getattr(self, name) > 0, f"model.{name} must be positive")
@@ -106,6 +103,7 @@ class RnnConfig:
         return self.d_model * (2 if self.bidirectional and not self.memory_projection else 1)
 
     def __post_init__(self) -> None:
+        check_types(self, "model")
         _require(self.family == "rnn", "model.family of an RnnConfig is rnn")
         _require(self.cell in CELLS, f"model.cell must be one of {CELLS}, not {self.cell!r}")
         _require(self.score in SCORES, f"model.score must be one of {SCORES}, not {self.score!r}")
@@ -152,6 +150,7 @@ class DataConfig:
     bpe_dropout: float = 0.0
 
     def __post_init__(self) -> None:
+        check_types(self, "data")
         _require(self.max_tokens > 0, "data.max_tokens must be positive")
         _require(self.bucket_width > 0, "data.bucket_width must be positive")
         _require(0 <= self.bpe_dropout < 1, "data.bpe_dropout must be in [0, 1)")
@@ -195,6 +194,7 @@ class TrainConfig:
     compile: str = "auto"
 
     def __post_init__(self) -> None:
+        check_types(self, "train")
         _require(self.schedule in SCHEDULES, f"train.schedule must be one of {SCHEDULES}")
         _require(self.warmup_steps > 0, "train.warmup_steps must be positive")
         _require(self.lr_scale > 0, "train.lr_scale must be positive")
@@ -233,7 +233,7 @@ class DecodeConfig:
     constrained: bool = False
 
     def __post_init__(self) -> None:
-        _require(not (wrong := wrong_type(self, "decode")), str(wrong))
+        check_types(self, "decode")
         _require(self.beam_size > 0, "decode.beam_size must be positive")
         _require(0 <= self.alpha < float("inf"), "decode.alpha must be >= 0 and finite")
         _require(0 <= self.max_len_a < float("inf"), "decode.max_len_a must be >= 0 and finite")
@@ -258,7 +258,7 @@ class TaskConfig:
     tags: bool = True
 
     def __post_init__(self) -> None:
-        _require(not (wrong := wrong_type(self, "task")), str(wrong))
+        check_types(self, "task")
         _require(self.name in TASKS, f"task.name must be one of {TASKS}")
         _require(self.tokenize in ("13a", "none", "intl", "char"), "task.tokenize: unknown")
 
@@ -274,11 +274,10 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
 
-    def __post_init__(self) -> None:  # each section of its class, each field of its type
+    def __post_init__(self) -> None:  # each section of its class (each checks its own types)
         for name, kind in {**_SECTIONS, "model": (TransformerConfig, RnnConfig)}.items():
             part = getattr(self, name)
             _require(isinstance(part, kind), f"{name}: not a config section: {part!r}")
-            _require(not (wrong := wrong_type(part, name)), str(wrong))
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -1,6 +1,7 @@
 """A configuration's fields of the types they declare. Built from Python, a dataclass takes any
 value: `TaskConfig(lowercase="false")` would count as true and score the other way, silently.
-`config.override` reads strings for the command line; this checks what Python hands over."""
+`config.override` reads strings for the command line; this checks what Python hands over, in
+every section's `__post_init__` (`check_types`), so a section built alone is checked too."""
 
 from __future__ import annotations
 
@@ -9,6 +10,17 @@ import functools
 import typing
 
 PLAIN = (bool, int, float, str)
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field."""
+
+
+def check_types(config: object, section: str) -> None:
+    """Raise ConfigError naming the first field of `config` not of its declared type."""
+    wrong = wrong_type(config, section)
+    if wrong:
+        raise ConfigError(wrong)
 
 
 @functools.cache
