@@ -258,16 +258,6 @@ def test_a_section_built_from_python_holds_values_of_the_declared_types():
     TaskConfig(lowercase="false") scored lowercased (a non-empty str is true), silently. Every
     section checks itself, so one built alone (a model's, handed to `build_model`) is checked
     too, before its own rules compare a str with a number."""
-    from transduce.config import (
-        Config,
-        DataConfig,
-        DecodeConfig,
-        RnnConfig,
-        TaskConfig,
-        TrainConfig,
-        TransformerConfig,
-    )
-
     cases = [
         (lambda: TransformerConfig(pre_norm="false"), "model.pre_norm: expected bool, got str"),
         (lambda: TransformerConfig(d_model="512"), "model.d_model: expected int, got str '512'"),
