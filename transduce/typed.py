@@ -16,13 +16,6 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
 
 
-def check_types(config: object, section: str) -> None:
-    """Raise ConfigError naming the first field of `config` not of its declared type."""
-    wrong = wrong_type(config, section)
-    if wrong:
-        raise ConfigError(wrong)
-
-
 @functools.cache
 def _plain_fields(cls: type) -> dict[str, type]:
     """The fields of `cls` declared as one plain type (others, unions and sections, left out)."""
@@ -30,13 +23,12 @@ def _plain_fields(cls: type) -> dict[str, type]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if hints[f.name] in PLAIN}
 
 
-def wrong_type(config: object, section: str) -> str | None:
-    """What is wrong with the first field of `config` not of its declared type, or None. A bool
-    is no int here, and an int is a float (0 for a dropout)."""
+def check_types(config: object, section: str) -> None:
+    """Raise ConfigError naming the first field of `config` not of its declared type. A bool is
+    no int here, and an int is a float (0 for a dropout)."""
     for name, kind in _plain_fields(type(config)).items():
         value = getattr(config, name)
         fits = isinstance(value, kind) or (kind is float and isinstance(value, int))
         if not fits or (kind is not bool and isinstance(value, bool)):
             given = f"{type(value).__name__} {value!r}"
-            return f"{section}.{name}: expected {kind.__name__}, got {given}"
-    return None
+            raise ConfigError(f"{section}.{name}: expected {kind.__name__}, got {given}")
