@@ -201,6 +201,30 @@ def test_processes_sum_in_float64_take_the_largest_value_and_gather_every_ones(m
     assert pair.is_main and not distributed.Processes(rank=1, world=2).is_main
 
 
+def test_work_only_the_main_process_does_stops_every_process_when_it_fails(monkeypatch):
+    """Checkpoints and logs are written by rank 0 alone; its failure must not leave rank 1
+    waiting at the next collective, nor be lost: each process raises, rank 0 its own error."""
+    _with_a_second_process(monkeypatch, [], gathered=None)
+    main = distributed.Processes(rank=0, world=2)
+    assert main.on_main(lambda: 7) == 7
+
+    def disk_full():
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        main.on_main(disk_full)
+    ran = []
+
+    def all_gather_object(values, value):  # rank 0 shares its failure
+        values[:] = ["disk full", value]
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    worker = distributed.Processes(rank=1, world=2)
+    with pytest.raises(distributed.MainProcessFailed, match="the main process failed: disk full"):
+        worker.on_main(lambda: ran.append("rank 1 wrote"))
+    assert ran == []
+
+
 def test_torchruns_environment_places_the_process_and_picks_the_backend(monkeypatch):
     joined = []
     monkeypatch.setattr(dist, "is_initialized", lambda: False)

@@ -11,6 +11,7 @@ from transduce.training.runlog import (
     RunFolderError,
     Window,
     check_same_run,
+    claim_run_folder,
     keep_log_until,
     read_log,
     write_run_folder,
@@ -176,3 +177,19 @@ def test_the_run_files_are_made_as_open_makes_them_not_private(tmp_path):
     expected = (tmp_path / "plain").stat().st_mode & 0o777
     for name in ("config.json", "vocab.model", "data.json", "log.jsonl"):
         assert (tmp_path / "run" / name).stat().st_mode & 0o777 == expected, name
+
+
+def test_a_folder_on_a_filesystem_without_locks_is_still_trained_into_and_that_is_said(
+    tmp_path, monkeypatch, caplog
+):
+    """Some network mounts refuse flock: a run there goes on, without the second-writer check."""
+    import errno
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(files.fcntl, "flock", no_locks)
+    claim = claim_run_folder(tmp_path / "run")
+    assert "cannot be locked" in caplog.text and "second writer" in caplog.text
+    claim.release()
+    claim.release()  # twice is harmless

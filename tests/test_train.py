@@ -1,6 +1,8 @@
 """The training loop end to end on a toy reverse task: learning, resume, checkpoints, failures."""
 
 import math
+import subprocess
+import sys
 from contextlib import nullcontext
 
 import numpy as np
@@ -162,6 +164,49 @@ def test_resume_with_a_different_model_is_refused(toy_data, tmp_path):
     _trainer(longer, toy_data, tmp_path / "run", resume=True)
     with pytest.raises(TrainingError, match="already holds a run"):
         _trainer(toy_config(), toy_data, tmp_path / "run")
+
+
+def _held_by_another_process(folder):
+    """A process holding `folder` as a training run does (flock), by the OS's own calls."""
+    code = (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(300)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == b"held\n"
+    return holder
+
+
+def test_a_second_training_into_a_folder_in_use_is_refused_and_touches_nothing(toy_data, tmp_path):
+    """The same `--resume` typed in two terminals: the second is refused before it writes, for it
+    would delete the first's checkpoint in flight and cut its log; the first one killed, the
+    folder is free again (the kernel drops the lock: nothing stale to clear by hand)."""
+    run = tmp_path / "run"
+    train(toy_config(**{"train.max_steps": 10}), toy_data, run)
+    in_flight = run / "checkpoints" / ".step_00000020.pt.x1y2z3.tmp"  # the first one's write
+    in_flight.write_bytes(b"half written")
+    log = (run / "log.jsonl").read_text()
+    holder = _held_by_another_process(run)
+    try:
+        with pytest.raises(TrainingError, match="another process is training into this folder"):
+            train(toy_config(**{"train.max_steps": 20}), toy_data, run, resume=True)
+        assert in_flight.exists() and (run / "log.jsonl").read_text() == log
+    finally:
+        holder.kill()
+        holder.wait()
+    train(toy_config(**{"train.max_steps": 20}), toy_data, run, resume=True)
+    assert not in_flight.exists() and 20 in CheckpointStore(run, 3).steps()
+
+
+def test_a_training_that_fails_lets_go_of_its_folder(toy_data, tmp_path):
+    """A refused resume, corrected and run again in the same process (a notebook), finds the
+    folder free, though the failure's traceback still holds the first call's frames."""
+    run = tmp_path / "run"
+    train(toy_config(**{"train.max_steps": 10}), toy_data, run)
+    with pytest.raises(TrainingError, match="different configuration") as refused:
+        train(toy_config(**{"model.d_ff": 128}), toy_data, run, resume=True)
+    train(toy_config(**{"train.max_steps": 20}), toy_data, run, resume=True)
+    assert refused.traceback  # kept alive to here
 
 
 def test_an_unwritable_run_folder_is_refused_before_training(toy_data, tmp_path):

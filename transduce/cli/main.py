@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..data.corpus import DataError
     from ..export import ExportError
     from ..training.checkpoint import CheckpointError
+    from ..training.distributed import MainProcessFailed
     from ..training.loop import TrainingError
     from ..training.runlog import RunFolderError
 
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> None:
         DataError,
         TrainingError,
         RunFolderError,
+        MainProcessFailed,
         CheckpointError,
         ExportError,
         FileNotFoundError,

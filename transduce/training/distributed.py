@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
+
+
+class MainProcessFailed(RuntimeError):
+    """What the other processes raise when work that only the main one does failed there."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,22 @@ class Processes:
         values: list[object] = [None] * self.world
         dist.all_gather_object(values, value)
         return values
+
+    def on_main(self, work: Callable[[], T]) -> T | None:
+        """`work` done in the main process only: its result there, None in the others. If it
+        fails, every process stops: the main one with its error, the others naming it."""
+        error, result = None, None
+        if self.is_main:
+            try:
+                result = work()
+            except Exception as failure:  # shared below, then raised as it was
+                error = failure
+        outcome = self.gather(None if error is None else f"{error}")
+        if error is not None:
+            raise error
+        if outcome[0] is not None:
+            raise MainProcessFailed(f"the main process failed: {outcome[0]}")
+        return result
 
     def barrier(self) -> None:
         if self.parallel:

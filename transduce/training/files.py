@@ -1,7 +1,8 @@
 """Files a kill must not leave half-written: each is written whole beside its place under a
 dot-prefixed temporary name, then renamed over it, so a reader sees the old file or the new one,
 never a part. A kill between the two leaves the temporary file; `remove_leftovers` deletes such
-files when their folder is next opened (each can be as large as a checkpoint)."""
+files when their folder is next opened (each can be as large as a checkpoint). That is safe only
+while one process writes the folder: `FolderClaim` makes sure of it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ import os
 import re
 import tempfile
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks, and no claim (FolderClaim below)
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +55,34 @@ def remove_leftovers(folder: Path) -> None:
         if _LEFTOVER.match(path.name) and path.is_file():
             log.info("removing %s, left by a write that was killed", path)
             path.unlink(missing_ok=True)
+
+
+class FolderBusy(RuntimeError):
+    """Another process holds the folder."""
+
+
+class FolderClaim:
+    """One process's exclusive hold on a folder it writes: an advisory lock (flock) on the
+    folder itself, so no file is added to it. The kernel lets go when the process ends, however
+    it ends: a killed run leaves no stale claim to clear by hand. Where the filesystem has no
+    locks (some network mounts) that is logged and the work goes on unguarded."""
+
+    def __init__(self, folder: Path) -> None:
+        self._fd: int | None = os.open(folder, os.O_RDONLY)
+        try:
+            if fcntl is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as error:
+            self.release()
+            raise FolderBusy(f"{folder} is held by another process") from error
+        except OSError as error:
+            log.warning("%s cannot be locked (%s): a second writer is not kept out", folder, error)
+
+    def release(self) -> None:
+        """Let go (closing the descriptor drops the lock); a second call does nothing."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _fsync_dir(directory: Path) -> None:

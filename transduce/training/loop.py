@@ -16,7 +16,6 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -36,9 +35,9 @@ from .checkpoint import AVERAGE_FILE, CheckpointStore, average, save, steps_to_a
 from .compiled import compile_layers, compiles
 from .resume import Progress, capture_rng, restore_rng, update_groups
 from .runlog import (
-    RunFolderError,
     RunLog,
     Window,
+    claim_run_folder,
     keep_log_until,
     plot_learning_curve,
     write_run_folder,
@@ -67,14 +66,18 @@ def train(
     if processes.parallel and target.type == "cuda":
         target = torch.device("cuda", processes.local_rank)
         torch.cuda.set_device(target)
+    claim = None
     try:
-        # No name holds the Trainer, so that `stop` can free it before leaving the group.
         data = PreparedData.load(data_dir)
+        claim = processes.on_main(lambda: claim_run_folder(Path(run_dir)))  # one writer
+        # No name holds the Trainer, so that `stop` can free it before leaving the group.
         average = Trainer(config, data, Path(run_dir), resume, target, processes).run()
         # Leave together: a gloo process whose peer tears the group down first can abort.
         processes.barrier()
         return average
     finally:
+        if claim is not None:
+            claim.release()
         distributed.stop()
 
 
@@ -93,7 +96,7 @@ class Trainer:
         self.data, self.run_dir, self.device = data, run_dir, device
         self.processes = processes or distributed.Processes()
         self.config = resolve_config(config, data)
-        self._on_main(lambda: write_run_folder(run_dir, self.config, data, resume))
+        self.processes.on_main(lambda: write_run_folder(run_dir, self.config, data, resume))
         if self.config.train.threads:
             torch.set_num_threads(self.config.train.threads)
         self.vocab, self.task = data.vocab, get_task(self.config.task)
@@ -155,12 +158,12 @@ class Trainer:
         return epochs
 
     def _restore(self) -> None:
-        self._on_main(self.store.recover)
+        self.processes.on_main(self.store.recover)
         state = self.store.load_latest()
         log_path = self.run_dir / "log.jsonl"
         if state is None:
             logger.warning("nothing to resume in %s: starting afresh", self.run_dir)
-            self._on_main(lambda: keep_log_until(log_path, 0))
+            self.processes.on_main(lambda: keep_log_until(log_path, 0))
             return
         world = state["progress"].get("world", 1)
         if world != self.processes.world:
@@ -177,7 +180,7 @@ class Trainer:
         self._resumed_stopped = state.get("stopped", self.progress.step not in self.store.steps())
         restore_rng(state["rng"], self.processes.rank)
         # Forget what a killed session logged after its checkpoint: it will be redone.
-        self._on_main(lambda: keep_log_until(log_path, self.progress.step))
+        self.processes.on_main(lambda: keep_log_until(log_path, self.progress.step))
         logger.info("resumed from step %d (epoch %d)", self.progress.step, self.progress.epoch)
 
     # --- the loop ---------------------------------------------------------------------------
@@ -305,7 +308,7 @@ class Trainer:
         else:
             rng = self.processes.gather(capture_rng())
             path = self.store.stopped_path(step)
-            self._on_main(lambda: self.store.save_stopped(self._state(rng), step))
+            self.processes.on_main(lambda: self.store.save_stopped(self._state(rng), step))
         self.log.close()
         asked = signal.Signals(number).name
         message = f"{asked} at step {step}: saved {path}; --resume continues the run"
@@ -315,7 +318,7 @@ class Trainer:
 
     def _validate_and_save(self) -> None:
         rng = self.processes.gather(capture_rng())  # every process takes part
-        self._on_main(lambda: self._validate_and_save_on_main(rng))
+        self.processes.on_main(lambda: self._validate_and_save_on_main(rng))
         # Only the main process validated: its schedule is everyone's.
         self.schedule.load_state_dict(self.processes.gather(self.schedule.state_dict())[0])
 
@@ -347,20 +350,6 @@ class Trainer:
             self.progress.step,
             ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("kind", "step")),
         )
-
-    def _on_main(self, work: Callable[[], None]) -> None:
-        """Do `work` in the main process only; if it fails there, every process stops."""
-        error = None
-        if self.processes.is_main:
-            try:
-                work()
-            except Exception as failure:  # shared below, then raised as it was
-                error = failure
-        outcome = self.processes.gather(None if error is None else f"{error}")
-        if error is not None:
-            raise TrainingError(str(error)) if isinstance(error, RunFolderError) else error
-        if outcome[0] is not None:
-            raise TrainingError(f"the main process failed: {outcome[0]}")
 
     def _state(self, rng: list) -> dict:
         return {
@@ -395,5 +384,5 @@ class Trainer:
             else:
                 logger.info("averaged %d checkpoints into %s", len(paths), out)
 
-        self._on_main(write_average)
+        self.processes.on_main(write_average)
         return out

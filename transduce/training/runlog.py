@@ -14,12 +14,13 @@ from pathlib import Path
 
 from ..config import Config
 from ..data.dataset import PreparedData
-from .files import atomic_write, remove_leftovers
+from .files import FolderBusy, FolderClaim, atomic_write, remove_leftovers
+from .step import TrainingError
 
 logger = logging.getLogger(__name__)
 
 
-class RunFolderError(RuntimeError):
+class RunFolderError(TrainingError):
     """The run folder cannot be used; the message says why."""
 
 
@@ -39,6 +40,20 @@ def check_writable(run_dir: Path) -> None:
     free = shutil.disk_usage(run_dir).free
     if free < 100 * 2**20:
         raise RunFolderError(f"{run_dir}: only {free // 2**20} MiB free; checkpoints need more")
+
+
+def claim_run_folder(run_dir: Path) -> FolderClaim:
+    """This process's hold on the run folder while it trains: a second `train` into it (the same
+    `--resume` typed in two terminals) is refused before it writes anything, where it would
+    otherwise delete the first one's checkpoint in flight and cut its log."""
+    check_writable(run_dir)
+    try:
+        return FolderClaim(run_dir)
+    except FolderBusy as error:
+        raise RunFolderError(
+            f"{run_dir}: another process is training into this folder now; wait for it to end, "
+            "or name another --out"
+        ) from error
 
 
 def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
