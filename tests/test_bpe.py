@@ -52,6 +52,13 @@ def test_encode_adds_no_bos_eos_and_decode_drops_them(vocab):
     assert vocab.decode(noisy) == ["a man runs", "a man runs"]
 
 
+def test_decode_shows_an_unknown_piece_instead_of_dropping_it(vocab):
+    # only pad, bos and eos vanish: a word the vocabulary cannot spell stays visible in the output
+    [ids] = vocab.encode(["a ж man"])  # a character never seen in training
+    assert vocab.unk in ids
+    assert vocab.decode([ids]) == ["a  ⁇  man"]  # sentencepiece's unknown mark
+
+
 def test_training_is_deterministic_and_loadable(tmp_path, vocab):
     again = train_joint(tokenized_lines(300) + ODD_LINES, 60, tmp_path / "other")
     assert again.pieces(range(again.size)) == vocab.pieces(range(vocab.size))

@@ -262,6 +262,13 @@ def test_average_of_three_is_the_mean_and_keeps_dtypes(tmp_path: Path) -> None:
     assert avg["averaged_from"] == [str(p) for p in paths]
 
 
+def test_the_average_of_one_checkpoint_is_that_checkpoints_model(tmp_path: Path) -> None:
+    # average_last=1 (the demo's final model): the weights come back bit for bit, in their dtypes
+    state = tiny_state(10, fill=0.1)
+    save(state, tmp_path / "10.pt")
+    assert_same(average([tmp_path / "10.pt"])["model"], state["model"])
+
+
 def test_average_accumulates_in_float64(tmp_path: Path) -> None:
     # float32 accumulation of 1 + 2^-24 + 2^-24 loses both small terms; float64 does not
     values = [1.0, 2.0**-24, 2.0**-24]

@@ -78,6 +78,12 @@ def test_tags_lose_their_function_tags_too_and_a_lone_word_is_no_wrapper():
     assert unwrap(lone) == lone
 
 
+def test_an_empty_element_beside_the_sentence_leaves_no_wrapper():
+    # empty elements go before the wrapper is judged: one tree left inside it is no TOP bracket
+    tree = clean(parse_tree("( (S (NP-SBJ (NN dog)) (VP (VBZ barks))) (-NONE- *T*-1))"))
+    assert to_string(tree) == "(S (NP (NN dog)) (VP (VBZ barks)))"
+
+
 def test_wrapper_around_several_trees_is_kept_as_top():
     tree = clean(parse_tree("( (NP (NN a)) (. .))"))
     assert to_string(tree) == "(TOP (NP (NN a)) (. .))"

@@ -397,3 +397,64 @@ def test_a_resumed_plateau_run_keeps_the_rate_its_validations_lowered(data, tmp_
     resumed.run()
     assert rates == [0.005] * 3
     assert resumed.schedule.state_dict()["lr"] == 0.0025
+
+
+def test_the_store_keeps_and_the_final_model_averages_the_configured_number_of_checkpoints(
+    data, tmp_path, monkeypatch
+):
+    """`train.keep_last` and `average_last` reach the store and the average (s6.1 averages the
+    last 5 or 20): here the last 3 of 6 validations, with the best (the first) kept beside."""
+    from transduce.training.checkpoint import load
+
+    _dev_losses(monkeypatch, [1.0] + [2.0] * 5)
+    monkeypatch.setattr(loop_module, "plot_learning_curve", lambda *args: None)  # 0.5 s each
+    changes = {"train.valid_every": 2, "train.keep_last": 3, "train.average_last": 3}
+    trainer = _trainer(data, tmp_path / "run", **changes, **{"train.warmup_steps": 1})
+    trainer.run()
+    assert trainer.store.steps() == [2, 8, 10, 12]
+    averaged = load(tmp_path / "run" / "average.pt")["averaged_from"]
+    assert averaged == [str(trainer.store.path(s)) for s in (8, 10, 12)]
+
+
+def test_training_batches_carry_the_bos_and_eos_the_search_starts_and_stops_with(
+    data, tmp_path, monkeypatch
+):
+    """The decoder is taught to start from bos and to end with eos, the ids the search starts
+    from and stops at (decoding/translate.py); a source ends with eos, as the search gives it."""
+    seen, real = [], step_module.model_loss
+
+    def recording_loss(network, batch, eps, pad, fused):
+        seen.append(batch)
+        return real(network, batch, eps, pad, fused)
+
+    monkeypatch.setattr(step_module, "model_loss", recording_loss)
+    trainer = _trainer(data, tmp_path / "run", **{"train.max_steps": 2, "train.valid_every": 2})
+    trainer.run()
+    vocab = data.vocab
+    assert len(seen) == 2 and vocab.bos != vocab.eos
+    for batch in seen:
+        assert (batch.tgt_in[:, 0] == vocab.bos).all()
+        for side in (batch.src, batch.tgt_out):
+            last = (side != vocab.pad).sum(1) - 1  # each row's last real token
+            assert (side.gather(1, last[:, None]) == vocab.eos).all()
+            assert (side == vocab.bos).sum() == 0
+
+
+def test_a_non_finite_loss_in_any_batch_of_the_group_skips_the_update():
+    """With accumulation (the paper's 8 devices on one), one batch's NaN loss poisons the whole
+    group's gradient: the update is skipped and the parameters stay as they were."""
+    from transduce.data.batching import collate
+    from transduce.training.step import train_step
+
+    from .conftest import BOS, EOS, PAD, tiny_model
+
+    model = tiny_model(5, share_embeddings=False)  # the source's embeddings its own
+    with torch.no_grad():
+        model.src_embed.tokens.weight[9] = float("nan")  # only the second batch's source has 9
+    batches = [collate([([4, 5, 6], [7, 8])], PAD, BOS, EOS), collate([([9], [10])], PAD, BOS, EOS)]
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    result = train_step(model, optimizer, batches, rate=0.5, label_smoothing=0.1, pad=PAD)
+    assert not result.finite
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), before[name], equal_nan=True, msg=name)
