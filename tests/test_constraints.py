@@ -5,8 +5,10 @@ import pytest
 import torch
 
 from transduce.config import DecodeConfig
+from transduce.data.batching import collate
 from transduce.data.linearize import restore
 from transduce.decoding.constraints import TreeConstraint
+from transduce.decoding.search import greedy_search
 from transduce.decoding.translate import decode_ids
 
 from .conftest import small_reverse_data, tiny_model
@@ -92,6 +94,24 @@ def test_any_model_searched_so_writes_trees_that_need_no_repair(prepared, beam):
         pieces = [[p.removeprefix("\u2581") for p in vocab.pieces(h[0].tokens)] for h in free]
         pairs = zip(pieces, sentences, strict=True)
         assert any(restore(t, s.split(), tags=False)[1] for t, s in pairs)  # free: malformed
+
+
+def test_greedy_search_so_writes_trees_as_its_sentences_finish_apart(prepared):  # noqa: F811
+    # the constraint's rows follow greedy search's too, as finished sentences leave the batch
+    vocab, sentences = prepared.vocab, ["the cat sat", "a dog saw the mat on a cat", "the"]
+    sources = vocab.encode(sentences)
+    src = collate([(s, []) for s in sources], vocab.pad, vocab.bos, vocab.eos).src
+    for seed in range(2):
+        model = tiny_model(seed, dtype=torch.float32, vocab_size=vocab.size)
+        constraint = TreeConstraint(vocab, sources, torch.device("cpu"))
+        found = greedy_search(
+            model, src, bos=vocab.bos, eos=vocab.eos, pad=vocab.pad, max_len_b=30,
+            constraint=constraint,
+        )  # fmt: skip
+        for sentence, ids in zip(sentences, found, strict=True):
+            tokens = [p.removeprefix("\u2581") for p in vocab.pieces(ids)]
+            assert not restore(tokens, sentence.split(), tags=False)[1], tokens
+            assert tokens.count("XX") == len(sentence.split())
 
 
 def test_a_vocabulary_without_placeholders_cannot_be_constrained(tmp_path):

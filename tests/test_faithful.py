@@ -10,6 +10,8 @@ import math
 import pytest
 import torch
 
+from transduce.models.transformer import FeedForward
+
 from .conftest import EOS, PAD, tiny_model
 
 D_K, D_V = 6, 5  # apart from d_model / h = 8, as Table 3 rows A and B need
@@ -137,3 +139,38 @@ def test_source_and_target_embeddings_are_both_scaled_by_sqrt_d_model():
         torch.testing.assert_close(
             embeddings(tokens), embed(tokens, embeddings.tokens), rtol=0, atol=1e-12
         )
+
+
+# --- dropout where s5.4 puts it: in training, each element is dropped or scaled by 1 / (1 - p) ---
+
+
+def _dropped_or_doubled(out, kept):
+    """Every element of `out` is 0 (dropped) or 2 * `kept` (p = 0.5), and both occur."""
+    dropped, doubled = out == 0, torch.isclose(out, 2 * kept, rtol=0, atol=1e-12)
+    assert (dropped | doubled).all() and dropped.any() and (doubled & (kept != 0)).any()
+
+
+def test_dropout_falls_on_the_sum_of_the_embeddings_and_the_positions():
+    # s5.4: "dropout to the sums of the embeddings and the positional encodings"
+    model = _model(dropout=0.5).train()
+    torch.manual_seed(0)
+    _dropped_or_doubled(model.src_embed(SRC), embed(SRC, model.src_embed.tokens))
+
+
+def test_residual_dropout_falls_on_the_sublayer_output_before_it_is_added():
+    # s5.4: dropout on "the output of each sub-layer, before it is added to the sub-layer input"
+    residual = _model(dropout=0.5, pre_norm=True).encoder_layers[0].ffn_residual.train()
+    x, sublayer_output = torch.randn(2, 2, 5, 16, dtype=torch.float64)
+    torch.manual_seed(0)
+    _dropped_or_doubled(residual.add(x, sublayer_output) - x, sublayer_output)
+
+
+def test_relu_dropout_falls_on_the_hidden_units_of_equation_2():
+    # relu_dropout drops max(0, x W1 + b1) before W2 and b2 (the FFN's docstring)
+    ffn = FeedForward(8, 8, relu_dropout=0.5).double().train()
+    with torch.no_grad():  # W2 = I, b2 = 1: the output shows the dropped hidden units plus b2
+        ffn.w_2.weight.copy_(torch.eye(8))
+        ffn.w_2.bias.fill_(1.0)
+    x = torch.randn(3, 4, 8, dtype=torch.float64)
+    torch.manual_seed(0)
+    _dropped_or_doubled(ffn(x) - 1.0, torch.relu(linear(x, ffn.w_1)))

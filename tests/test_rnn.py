@@ -165,6 +165,33 @@ def test_input_feeding_equals_a_step_by_step_reference():
     torch.testing.assert_close(alpha, torch.stack(alphas), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("feeding", [False, True])
+def test_luong_concat_asks_with_the_current_state_a_step_by_step_reference(feeding):
+    """Luong et al. 2015 (eq. 8): concat scores h'_j, the state after this step's recurrence
+    h'_j = LSTM([Emb(y_{j-1}); h~'_{j-1} if input feeding], h'_{j-1}): the function of Bahdanau's
+    additive score, wired as Luong's, not as Bahdanau's."""
+    model = tiny_rnn(9, score="concat", input_feeding=feeding)
+    memory, _ = _encoder_reference(model, SOURCE, 2, bidirectional=False)
+    decoder, score, d = model.decoder, model.decoder.attention.score, model.config.d_model
+    states = [(torch.zeros(d, dtype=torch.float64),) * 2 for _ in range(2)]
+    feed = torch.zeros(d, dtype=torch.float64)
+    W_a = torch.cat([score.W_a.weight, score.U_a.weight], dim=1)  # W_a [h'_j; h_i], one matrix
+    logits, alphas = [], []
+    for y in TARGET:
+        x = torch.cat([decoder.tokens.weight[y], feed]) if feeding else decoder.tokens.weight[y]
+        h, states = _decoder_layers(decoder.rnn, x, states)
+        scores = torch.stack(
+            [score.v_a.weight[0] @ torch.tanh(W_a @ torch.cat([h, m])) for m in memory]
+        )
+        alpha, c = _softmax_attention(scores, memory)
+        feed, out = _output(decoder, c, h)
+        logits.append(out)
+        alphas.append(alpha)
+    ours, alpha = _ours(model)
+    torch.testing.assert_close(ours, torch.stack(logits), rtol=0, atol=1e-12)
+    torch.testing.assert_close(alpha, torch.stack(alphas), rtol=0, atol=1e-12)
+
+
 def test_bahdanau_wiring_equals_a_step_by_step_reference():
     """Bahdanau et al. 2015: a bidirectional encoder, s_0 = tanh(W_b [last states] + b_b);
     alpha_j from the PREVIOUS state s_{j-1}; s_j = LSTM([Emb(y_{j-1}); c_j], s_{j-1})."""
@@ -228,6 +255,23 @@ def test_the_decoder_drops_out_its_embeddings_too():
     model.train()
     first = model.decoder(tgt, model.init_cache(encoded))[1]
     assert not torch.equal(first, model.decoder(tgt, model.init_cache(encoded))[1])
+
+
+def test_the_decoder_drops_out_the_attentional_vector_before_the_output_layer():
+    """Dropout on h~'_j = tanh(W_c [c_j; h'_j] + b_c) itself: in training each entry is 0 or
+    2 h~'_j (p = 0.5). Padding as the target input embeds as zero, so with one layer and no
+    input feeding that dropout is the pass's only randomness; W_o = I, b_o = 0 show h~'_j."""
+    model = tiny_rnn(0, n_layers=1, input_feeding=False, dropout=0.5, vocab_size=16)
+    with torch.no_grad():
+        model.decoder.W_o.weight.copy_(torch.eye(16))
+        model.decoder.b_o.zero_()
+    src, tgt = torch.tensor([[4, 5, 6, EOS]]), torch.full((1, 6), PAD)
+    encoded = model.eval().encode(src)
+    attentional = model.decoder(tgt, model.init_cache(encoded))[0]  # no dropout: h~'_j
+    torch.manual_seed(0)
+    dropped = model.train().decoder(tgt, model.init_cache(encoded))[0]
+    zero, doubled = dropped == 0, torch.isclose(dropped, 2 * attentional, rtol=0, atol=1e-12)
+    assert (zero | doubled).all() and zero.any() and (doubled & (attentional != 0)).any()
 
 
 def test_every_parameter_starts_uniform_in_a_tenth_and_padding_embeds_as_zero():

@@ -176,6 +176,16 @@ def test_long_inputs_past_the_sinusoid_table_still_work():
     assert model.max_positions is None  # no limit for a server to enforce
 
 
+def test_cached_decoding_past_the_sinusoid_table_takes_the_positions_it_has_reached():
+    # s3.5: sinusoids extend to any length, in each decoding step too (positions past the table)
+    short, long = tiny_model(max_positions=3), tiny_model(max_positions=64)
+    full = long(SRC, TGT_IN)
+    torch.testing.assert_close(short(SRC, TGT_IN), full, rtol=0, atol=1e-10)
+    cache = short.init_cache(short.encode(SRC))
+    steps = [short.step(TGT_IN[:, t : t + 1], cache) for t in range(TGT_IN.size(1))]
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, rtol=0, atol=1e-10)
+
+
 def test_learned_positions_refuse_a_sequence_longer_than_the_table():
     model = tiny_model(positions="learned", max_positions=4)
     assert model.max_positions == 4
@@ -225,6 +235,16 @@ def test_untied_embeddings_are_separate_parameters():
     assert model.output is not None
     tied = tiny_model()
     assert count_parameters(model) == count_parameters(tied) + 2 * 12 * 16
+
+
+@pytest.mark.parametrize(("share", "tie"), [(True, False), (False, True), (False, False)])
+def test_shared_embeddings_and_the_tied_softmax_are_each_their_own_setting(share, tie):
+    # s3.4's two sharings apart: source with target embedding, target embedding with the softmax
+    model = tiny_model(share_embeddings=share, tie_output=tie)
+    assert (model.src_embed.tokens is model.tgt_embed.tokens) == share
+    assert (model.output_weight is model.tgt_embed.tokens.weight) == tie
+    hidden = model(SRC, TGT_IN, project=False)
+    torch.testing.assert_close(model(SRC, TGT_IN), hidden @ model.output_weight.T)
 
 
 def _count(name: str, vocab_size: int = 37000) -> int:
