@@ -4,6 +4,7 @@ together, and what it drops, with recording `run` functions in place of decoding
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 import pytest
@@ -13,9 +14,9 @@ from transduce.serve.metrics import Metrics
 from transduce.serve.settings import ServeSettings
 
 
-def _job(payload, key, run, tokens: int = 1, timeout: float = 30.0) -> Job:
+def _job(payload, key, run, tokens: int = 1, timeout: float = 30.0, beam: int = 1) -> Job:
     future = asyncio.get_running_loop().create_future()
-    return Job(payload, key, run, 1, tokens, time.monotonic() + timeout, future)
+    return Job(payload, key, run, 1, tokens, time.monotonic() + timeout, future, beam=beam)
 
 
 def _recorder(calls: list, key: str):
@@ -321,3 +322,34 @@ def test_one_request_timing_out_does_not_stop_a_call_others_still_wait_for():
 
     fates, result = asyncio.run(scenario())
     assert fates == ["discarded"] and stops == [] and result == "done:b"
+
+
+def test_a_request_the_waiting_work_would_make_late_is_refused_at_once_saying_when_to_retry():
+    """Work is source subwords x beam, and the decoder's speed is measured on its calls: a
+    request whose wait, at that speed, would outlast its time budget is refused (429) rather
+    than queued to be answered 504; one that fits is queued, and a request alone always is."""
+
+    def slow(payloads: list) -> list:  # decodes 20 work a second: 0.05 s a subword at beam 1
+        time.sleep(0.05 * sum(payloads))
+        return payloads
+
+    async def scenario():
+        batcher = Batcher(ServeSettings(batch_wait_ms=1), Metrics())
+        assert batcher.speed is None  # nothing measured: nothing refused
+        first = _job(4, "k", slow, tokens=4)
+        batcher.submit(first)
+        await _drained(batcher, [first])  # measured, then the worker stops: the queue stays
+        speed = batcher.speed
+        assert 5 < speed <= 20  # 4 work in at least 0.2 s
+        alone = _job(None, "k", slow, tokens=round(speed), beam=4, timeout=2.0)  # ~4 s of work
+        batcher.submit(alone)  # an empty queue: tried, whatever the guess
+        fits = _job(None, "k", slow, tokens=1, beam=4, timeout=60.0)
+        batcher.submit(fits)  # ~4.2 s of work ahead of its end, inside 60 s
+        with pytest.raises(QueueFull, match="server is busy") as late:
+            batcher.submit(_job(None, "k", slow, tokens=1, beam=4, timeout=4.0))
+        waiting = alone.work + fits.work
+        return math.ceil(waiting / speed), late.value.retry_after, batcher.queued
+
+    drained_in, retry_after, queued = asyncio.run(scenario())
+    assert retry_after == drained_in  # when the work waiting now will have been decoded
+    assert queued == (2, 2)  # the refused request took no place

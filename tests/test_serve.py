@@ -5,6 +5,7 @@ its status and a JSON message, after which the server keeps serving."""
 from __future__ import annotations
 
 import json
+import math
 import socket
 import threading
 import time
@@ -18,6 +19,7 @@ import torch
 httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
+from transduce.serve.batcher import Batcher  # noqa: E402
 from transduce.serve.engine import AttentionWork, BadRequest, TranslateWork  # noqa: E402
 from transduce.serve.server import Background  # noqa: E402
 from transduce.serve.settings import ServeSettings  # noqa: E402
@@ -542,6 +544,31 @@ def test_a_full_queue_answers_429_with_retry_after(engine, monkeypatch):
             assert held.result().status_code == 200 and waiting.result().status_code == 200
         assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
         assert "queue is full" in refused.json()["detail"]
+        assert "green grass" not in gate.decoded
+        _good(client)
+
+
+def test_a_request_the_queue_would_make_late_answers_429_with_when_the_queue_clears(
+    engine, monkeypatch
+):
+    """At the decoder's measured speed (here 2 subwords x beam a second), the work waiting
+    ahead would outlast a request's 30 s: it is refused at once, not answered 504 after 30 s,
+    and told when the work ahead will have been decoded."""
+    monkeypatch.setattr(Batcher, "speed", property(lambda self: 2.0))
+    gate = Gate(engine, monkeypatch)
+    with Background(engine, LOOPBACK) as url, httpx.Client(base_url=url, timeout=60) as client:
+        with ThreadPoolExecutor(2) as pool:
+            held = pool.submit(client.post, "/v1/translate", json={"text": "the dog"})
+            assert gate.entered.wait(30)  # the worker holds it: the queue is empty again
+            ahead = ["a dog runs on the green grass"] * 4  # 4 x (subwords + EOS) x the beam
+            waiting = pool.submit(client.post, "/v1/translate", json={"texts": ahead})
+            _until(lambda: client.get("/health").json()["queued_sentences"] == 4)
+            refused = client.post("/v1/translate", json={"text": "green grass"})
+            gate.opened.set()
+            assert held.result().status_code == 200 and waiting.result().status_code == 200
+        assert refused.status_code == 429 and "server is busy" in refused.json()["detail"]
+        work = sum(engine.facts.token_counts(ahead)) * DECODE.beam_size  # the server's beam
+        assert refused.headers["retry-after"] == str(math.ceil(work / 2.0))
         assert "green grass" not in gate.decoded
         _good(client)
 

@@ -8,6 +8,11 @@ sentence as it would alone (tests/test_search.py). Work whose request has given 
 spent, its client gone) is taken out of the queue and never decoded; a decoding call whose every
 request has given up is stopped where the decoder can be (`abandon`: a decoding process is killed
 and replaced), so that one costly request cannot hold the decoder long after its answer.
+
+A request is refused at once (429) when it could not be answered in time: when the work waiting
+ahead of it, at the speed the decoder has been measured to decode, would take longer than the
+request's time budget. It would otherwise wait, be answered 504, and have taken a place in the
+queue for nothing. Work is counted as source subwords times the beam (a hypothesis per beam row).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -29,7 +35,18 @@ logger = logging.getLogger(__name__)
 
 
 class QueueFull(Exception):
-    """The queue holds `max_queue_sentences` already: the request is answered 429."""
+    """The queue holds `max_queue_sentences` already, or more work than the request's time
+    budget allows: the request is answered 429, to try again after `retry_after` seconds (None:
+    the server's setting)."""
+
+    def __init__(self, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# The decoder's speed is the work of its last calls over their time: under load those are full
+# batches, so the speed is that of batched decoding, which is what a queue waits for.
+SPEED_WINDOW = 16
 
 
 @dataclass(eq=False)
@@ -45,8 +62,13 @@ class Job:
     deadline: float  # time.monotonic() past which nobody waits for its result
     future: asyncio.Future
     arrived: float = field(default_factory=time.monotonic)
+    beam: int = 1  # hypotheses kept per sentence: its work is tokens x beam
     dropped: str | None = None  # why its request gave up, once it has
     decoded: bool = False  # its call has ended (its result, or error, on the way)
+
+    @property
+    def work(self) -> int:
+        return self.tokens * self.beam
 
 
 class Batcher:
@@ -63,7 +85,8 @@ class Batcher:
         self.settings, self.metrics, self._abandon = settings, metrics, abandon
         self._pending: deque[Job] = deque()
         self._running: list[Job] = []  # the group being decoded
-        self._queued_sentences = 0
+        self._queued_sentences = self._queued_work = 0
+        self._calls: deque[tuple[int, float]] = deque(maxlen=SPEED_WINDOW)  # (work, seconds)
         self._changed = threading.Condition()
         self._closing = False
         self._worker = threading.Thread(target=self._work, name="transduce-decoder", daemon=True)
@@ -84,16 +107,44 @@ class Batcher:
         self._worker.join(timeout=60)
 
     def submit(self, job: Job) -> None:
-        """Queue `job`, or raise QueueFull when its sentences would not fit."""
+        """Queue `job`, or raise QueueFull when its sentences would not fit, or when the work
+        ahead of it would outlast its time budget."""
         with self._changed:
             if self._queued_sentences + job.sentences > self.settings.max_queue_sentences:
                 raise QueueFull(
                     f"the queue is full ({self._queued_sentences} sentences waiting, "
                     f"at most {self.settings.max_queue_sentences})"
                 )
+            self._refuse_if_late(job)
             self._pending.append(job)
             self._queued_sentences += job.sentences
+            self._queued_work += job.work
             self._changed.notify_all()
+
+    def _refuse_if_late(self, job: Job) -> None:
+        """QueueFull when the waiting work and the job's own, at the decoder's measured speed,
+        would take longer than the job's time left. Never with an empty queue: a request alone
+        is tried, however long the guess says it takes."""
+        speed = self.speed
+        if speed is None or self._queued_work == 0:
+            return
+        expected = (self._queued_work + job.work) / speed
+        left = job.deadline - time.monotonic()
+        if expected > left:
+            ahead = self._queued_work / speed
+            raise QueueFull(
+                f"the server is busy: the work waiting would take about {ahead:.1f} s at the "
+                f"decoder's speed, and this request's would end past its time budget "
+                f"({left:.1f} s left)",
+                retry_after=max(1, math.ceil(ahead)),
+            )
+
+    @property
+    def speed(self) -> float | None:
+        """The work (source subwords x beam) the decoder has done per second over its last
+        calls; None before it has decoded anything."""
+        seconds = sum(duration for _, duration in self._calls)
+        return sum(work for work, _ in self._calls) / seconds if seconds > 0 else None
 
     def withdraw(self, job: Job, reason: str) -> str:
         """The request has given up. Returns what became of its work: "dropped" (it still
@@ -106,6 +157,7 @@ class Batcher:
             if job in self._pending:
                 self._pending.remove(job)
                 self._queued_sentences -= job.sentences
+                self._queued_work -= job.work
                 self.metrics.count_dropped(reason)
                 return "dropped"
             if job not in self._running and not job.decoded:
@@ -151,6 +203,7 @@ class Batcher:
             while self._pending and (not taken or tokens + self._pending[0].tokens <= budget):
                 job = self._pending.popleft()
                 self._queued_sentences -= job.sentences
+                self._queued_work -= job.work
                 tokens += job.tokens
                 taken.append(job)
             return taken
@@ -172,9 +225,12 @@ class Batcher:
         if not group:
             return
         try:
+            began = time.monotonic()
             results = list(group[0].run([job.payload for job in group]))
             if len(results) != len(group):
                 raise RuntimeError(f"{len(results)} results for {len(group)} jobs")
+            with self._changed:
+                self._calls.append((sum(job.work for job in group), time.monotonic() - began))
         except Exception as error:  # the worker lives on; each request is told
             if all(job.dropped for job in group):  # abandoned: nobody waits to be told
                 logger.info("decoding stopped: every request waiting for it had given up")

@@ -35,7 +35,8 @@ ERRORS = {
         413: "a body, a sentence or a list of sentences over its limit",
         415: "a body without a JSON Content-Type, or a compressed one",
         422: "valid JSON of the wrong shape: a wrong type, an empty sentence, an option too large",
-        429: "the queue is full: try again after Retry-After seconds",
+        429: "the queue is full, or its work would outlast the request's time budget: try "
+        "again after Retry-After seconds",
         503: "the decoding process died with this request's work and was restarted: send it again",
         504: "the request's time budget ran out; its work was dropped or stopped",
     }.items()
@@ -88,7 +89,8 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     decode = _decode_settings(server, body.beam_size, body.n_best, body.max_len_b)
     tokens = _checked_lengths(server, lines)
     work = TranslateWork(lines, decode, body.alignments)
-    job = _job(server, work, ("translate", decode), server.engine.translate, len(lines), tokens)
+    run = server.engine.translate
+    job = _job(server, work, ("translate", decode), run, len(lines), tokens, decode.beam_size)
     found = await _result_of(request, server, job, started)
     if isinstance(found, Response):
         return found
@@ -114,7 +116,8 @@ async def attention(body: AttentionRequest, request: Request) -> AttentionRespon
         raise HTTPException(422, str(error)) from error
     decode = _decode_settings(server, body.beam_size, 1, None)
     work = AttentionWork(body.text, body.target, decode, body.merge_words, body.layer)
-    job = _job(server, work, object(), server.engine.attention, 1, tokens)  # never merged
+    run = server.engine.attention
+    job = _job(server, work, object(), run, 1, tokens, decode.beam_size)  # never merged
     found = await _result_of(request, server, job, started)
     if isinstance(found, Response):
         return found
@@ -156,10 +159,10 @@ def _checked_lengths(server, lines: list[str]) -> int:
     return sum(counts)
 
 
-def _job(server, payload, key, run, sentences: int, tokens: int) -> Job:
+def _job(server, payload, key, run, sentences: int, tokens: int, beam: int) -> Job:
     deadline = time.monotonic() + server.settings.request_timeout_s
     future = asyncio.get_running_loop().create_future()
-    return Job(payload, key, run, sentences, tokens, deadline, future)
+    return Job(payload, key, run, sentences, tokens, deadline, future, beam=beam)
 
 
 async def _result_of(request: Request, server, job: Job, started: float):
@@ -167,7 +170,7 @@ async def _result_of(request: Request, server, job: Job, started: float):
     try:
         server.batcher.submit(job)
     except QueueFull as full:
-        headers = {"Retry-After": str(server.settings.retry_after_s)}
+        headers = {"Retry-After": str(full.retry_after or server.settings.retry_after_s)}
         raise HTTPException(429, str(full), headers=headers) from full
     budget = server.settings.request_timeout_s - (time.perf_counter() - started)
     gone = asyncio.ensure_future(_departure(request))
