@@ -353,3 +353,29 @@ def test_a_request_the_waiting_work_would_make_late_is_refused_at_once_saying_wh
     drained_in, retry_after, queued = asyncio.run(scenario())
     assert retry_after == drained_in  # when the work waiting now will have been decoded
     assert queued == (2, 2)  # the refused request took no place
+
+
+def test_the_speed_is_the_fastest_recent_calls_so_a_slow_first_call_makes_no_burst_look_late():
+    """A first call's warm-up, or a quiet server's small calls, decode slower than the full
+    batches a queue is decoded in: the speed taken is the fastest of the last calls."""
+
+    def paced(seconds_per_work: float):
+        def run(payloads: list) -> list:
+            time.sleep(seconds_per_work * sum(payloads))
+            return payloads
+
+        return run
+
+    async def scenario():
+        batcher = Batcher(ServeSettings(batch_wait_ms=1), Metrics())
+        warm_up = _job(2, "slow", paced(0.1), tokens=2)  # 10 work a second at best
+        batched = _job(50, "fast", paced(0.001), tokens=50)  # 1,000 at best
+        batcher.submit(warm_up)
+        batcher.start()
+        await asyncio.wait([warm_up.future], timeout=5)
+        batcher.submit(batched)
+        await asyncio.wait([batched.future], timeout=5)
+        batcher.stop()
+        return batcher.speed
+
+    assert 700 < asyncio.run(scenario()) <= 1000  # the mean of the two: ~500

@@ -10,9 +10,9 @@ request has given up is stopped where the decoder can be (`abandon`: a decoding 
 and replaced), so that one costly request cannot hold the decoder long after its answer.
 
 A request is refused at once (429) when it could not be answered in time: when the work waiting
-ahead of it, at the speed the decoder has been measured to decode, would take longer than the
-request's time budget. It would otherwise wait, be answered 504, and have taken a place in the
-queue for nothing. Work is counted as source subwords times the beam (a hypothesis per beam row).
+ahead of it, even at the fastest speed the decoder has lately been measured to decode, would
+take longer than the request's time budget. It would otherwise wait, be answered 504, and have
+taken a place in the queue for nothing. Work is counted as source subwords times the beam.
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ class QueueFull(Exception):
         self.retry_after = retry_after
 
 
-# The decoder's speed is the work of its last calls over their time: under load those are full
-# batches, so the speed is that of batched decoding, which is what a queue waits for.
+# The decoder's speed is the fastest of its last calls (work over time): under load those are
+# full batches, decoded fastest, which is what a queue waits for. The fastest, not the mean, so
+# that slow small calls (a quiet server's, or a first call's warm-up) cannot make a burst of
+# requests look later than it will be: a refusal on a wrong guess would cost more than a 504.
 SPEED_WINDOW = 16
 
 
@@ -141,10 +143,10 @@ class Batcher:
 
     @property
     def speed(self) -> float | None:
-        """The work (source subwords x beam) the decoder has done per second over its last
+        """The work (source subwords x beam) a second of the fastest of the decoder's last
         calls; None before it has decoded anything."""
-        seconds = sum(duration for _, duration in self._calls)
-        return sum(work for work, _ in self._calls) / seconds if seconds > 0 else None
+        speeds = [work / seconds for work, seconds in self._calls if seconds > 0]
+        return max(speeds, default=None)
 
     def withdraw(self, job: Job, reason: str) -> str:
         """The request has given up. Returns what became of its work: "dropped" (it still
