@@ -54,6 +54,7 @@ def main() -> None:
         "clients": args.clients,
         "requests": args.requests,
         "sentences_per_request": per,
+        "serve_args": args.serve_args,
         "offline_seconds": [round(before, 3), round(after, 3)],
         "offline_sentences_per_s": round(len(asked) / offline_seconds, 2),
         "served": served,
@@ -82,6 +83,11 @@ def _arguments() -> argparse.Namespace:
         default="process,thread",
         help="`serve --decoder` settings to run, one after the other (comma-separated)",
     )
+    p.add_argument(
+        "--serve-args",
+        default="",
+        help="more `transduce serve` flags, as one string (e.g. '--request-timeout-s 2')",
+    )
     p.add_argument("--log", type=Path, default=Path("/tmp/serve_load.log"), help="server's log")
     p.add_argument("--json", type=Path, required=True, help="the numbers, as JSON")
     return p.parse_args()
@@ -98,7 +104,7 @@ def _offline(model: Path, lines: list[str]) -> tuple[list[str], float]:
 def _served(args: argparse.Namespace, lines: list[str], decoder: str) -> dict:
     port = _free_port()
     command = [sys.executable, "-m", "transduce", "-q", "serve", "--model", str(args.model)]
-    command += ["--decoder", decoder, "--threads", str(args.threads)]
+    command += ["--decoder", decoder, "--threads", str(args.threads), *args.serve_args.split()]
     environment = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}  # read by torch at start
     log = args.log.open("w")
     server = subprocess.Popen(
