@@ -379,3 +379,41 @@ def test_the_speed_is_the_fastest_recent_calls_so_a_slow_first_call_makes_no_bur
         return batcher.speed
 
     assert 700 < asyncio.run(scenario()) <= 1000  # the mean of the two: ~500
+
+
+def test_a_requests_own_work_and_not_withdrawn_work_counts_toward_its_wait(monkeypatch):
+    """At 1 work a second, a request's wait is the work still waiting plus its own: withdrawn
+    work no longer counts (it refused later requests as late), and its own does (a costly
+    request with a short budget was queued to be answered 504)."""
+    monkeypatch.setattr(Batcher, "speed", property(lambda self: 1.0))
+
+    async def scenario():
+        batcher = Batcher(ServeSettings(), Metrics())
+        gone = _job(1, "k", None, tokens=100, timeout=300.0)
+        batcher.submit(gone)
+        batcher.submit(_job(2, "k", None, tokens=5, timeout=300.0))
+        batcher.withdraw(gone, "timeout")
+        batcher.submit(_job(3, "k", None, tokens=2, beam=2, timeout=10.0))  # 5 + 4 s: fits
+        with pytest.raises(QueueFull, match="server is busy"):
+            batcher.submit(_job(4, "k", None, tokens=1, beam=2, timeout=10.0))  # 9 + 2 s: late
+        return batcher.queued
+
+    assert asyncio.run(scenario()) == (2, 2)
+
+
+def test_the_decoders_speed_is_measured_in_subwords_times_beam():
+    """Work waiting is counted as subwords x beam, so the speed must be too: in subwords alone
+    it is `beam` times too slow, and requests are refused as late that would be answered."""
+
+    def slow(payloads: list) -> list:
+        time.sleep(0.2)
+        return payloads
+
+    async def scenario():
+        batcher = Batcher(ServeSettings(batch_wait_ms=1), Metrics())
+        job = _job(1, "k", slow, tokens=10, beam=5)
+        batcher.submit(job)
+        await _drained(batcher, [job])
+        return batcher.speed
+
+    assert 50 < asyncio.run(scenario()) <= 250  # 50 work in 0.2 s or more; 10 subwords: <= 50

@@ -204,3 +204,11 @@ def test_json_keeps_the_words_as_written_and_labels_attention_columns_with_them(
     steps = {step["key"]: step for step in json.loads(found.to_json())["steps"]}
     assert steps["weights_0"]["columns"] == ["café", "crème", "</s>"]  # key tokens
     assert steps["X"]["columns"] == ["0", "1", "2", "3"]  # dimensions
+
+
+def test_the_rows_of_a_printed_matrix_line_up_whatever_the_tokens_lengths():
+    # guards the row labels padded to the longest token, not to the longest column name
+    block = explain("a bb", d_model=4, heads=2).text().split("\n[")[1]  # E: 3 rows of 4 dims
+    rows = block.splitlines()[-3:]
+    assert [row.split()[0] for row in rows] == ["a", "bb", "</s>"]
+    assert len({len(row) for row in rows}) == 1

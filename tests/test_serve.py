@@ -157,6 +157,32 @@ def test_attention_gives_the_weights_the_attention_page_draws(engine, served):
     assert answer["model"] == "toy.pt" and set(answer["views"]) == {"encoder", "decoder", "cross"}
 
 
+def test_each_of_the_n_best_is_aligned_with_its_own_words(engine):
+    # guards each candidate's alignment being that of its own words, not the best's
+    lines = sentences(8, seed=7)
+    (found,) = engine.translate([TranslateWork(lines, replace(DECODE, n_best=2), True)])
+    for outputs in found:
+        for output in outputs:  # each target word has one link: numbered as its words are
+            targets = sorted(int(link.split("-")[1]) for link in output["alignment"].split())
+            assert targets == list(range(len(output["text"].split())))
+    assert any(len({len(o["text"].split()) for o in outputs}) == 2 for outputs in found)
+
+
+def test_attention_translates_with_the_requests_own_beam(engine, served):
+    # guards the attention request's beam_size reaching the search that makes its translation
+    sentence = "green dog dog"  # greedy and beam 2 (the run's) translate it differently
+    greedy, beam = (
+        engine.translator.translate([sentence], replace(DECODE, beam_size=b))[0][0][0]
+        for b in (1, 2)
+    )
+    assert greedy != beam
+    with httpx.Client(base_url=served) as client:
+        for asked, expected in ((1, greedy), (None, beam)):
+            body = {"text": sentence} | ({"beam_size": asked} if asked else {})
+            answer = client.post("/v1/attention", json=body)
+            assert answer.status_code == 200 and answer.json()["translation"] == expected
+
+
 def test_a_line_is_counted_and_aligned_as_the_model_reads_it(engine):
     """A line's length is its subwords and EOS, the spaces around it left out as translation
     leaves them (the 413 limit and the queue count it so), and its alignment is that of the
@@ -477,6 +503,50 @@ def test_a_body_trickling_in_is_408_at_its_deadline_and_slow_decoding_is_not(eng
         assert decoded.status_code == 200 and decoded.json()["translations"][0]["text"]
 
 
+def test_a_chunked_body_past_the_limit_is_413_before_it_ends(engine):
+    # guards the size limit counted as the body arrives, not once it is whole (held in memory)
+    settings = replace(LOOPBACK, max_body_bytes=1000, body_timeout_s=5.0)
+    with Background(engine, settings) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            connection.sendall(
+                b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + b"5dc\r\n" + b" " * 1500 + b"\r\n"
+            )  # 1500 bytes of a body that never ends
+            started = time.monotonic()
+            answer = connection.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413") and time.monotonic() - started < 4
+
+
+def test_time_ms_counts_from_the_requests_arrival_its_body_included(engine):
+    # guards the answer's time (and the time budget) starting when the request arrived
+    body = b'{"text": "the dog"}'
+    with Background(engine, LOOPBACK) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            connection.sendall(
+                b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:5]
+            )
+            time.sleep(0.6)  # the rest of the body comes later
+            connection.sendall(body[5:])
+            answer = b""
+            while chunk := connection.recv(65536):
+                answer += chunk
+    head, _, content = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and json.loads(content)["time_ms"] >= 600
+
+
+def test_of_two_content_types_the_first_is_judged_as_the_body_is_read(served):
+    # guards the 415 check reading the Content-Type the JSON parser reads (the first)
+    body = b'{"text": "the dog"}'
+    with httpx.Client(base_url=served) as client:
+        for first, second, status in [("text/plain", "application/json", 415),
+                                      ("application/json", "text/plain", 200)]:  # fmt: skip
+            headers = [("content-type", first), ("content-type", second)]
+            assert client.post("/v1/translate", content=body, headers=headers).status_code == status
+
+
 def test_sizes_over_their_limits_get_413(engine):
     settings = replace(LOOPBACK, max_body_bytes=2000, max_sentences=3, max_sentence_tokens=12)
     json_type = {"content-type": "application/json"}
@@ -539,9 +609,12 @@ def test_a_full_queue_answers_429_with_retry_after(engine, monkeypatch):
             assert gate.entered.wait(30)  # the worker holds it: the queue is empty again
             waiting = pool.submit(client.post, "/v1/translate", json={"texts": ["a", "b", "c"]})
             _until(lambda: client.get("/health").json()["queued_sentences"] == 3)
+            gauges = client.get("/metrics").text  # each gauge its own: 3 sentences, 1 request
             refused = client.post("/v1/translate", json={"text": "green grass"})
             gate.opened.set()
             assert held.result().status_code == 200 and waiting.result().status_code == 200
+        assert metric(gauges, "transduce_queue_sentences") == 3
+        assert metric(gauges, "transduce_queue_requests") == 1
         assert refused.status_code == 429 and refused.headers["retry-after"] == "2"
         assert "queue is full" in refused.json()["detail"]
         assert "green grass" not in gate.decoded

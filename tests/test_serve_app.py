@@ -134,3 +134,14 @@ def test_a_translator_is_served_as_it_stands_and_settings_of_another_kind_are_na
         assert answer.status_code == 200 and answer.json()["model"] == "model"
     with pytest.raises(TypeError, match="settings must be a ServeSettings, not dict"):
         create_app(engine, {"max_beam": 4})
+
+
+def test_the_pages_model_name_is_escaped_and_its_beam_kept_within_the_servers_limit():
+    """A model name is text, not markup; a model whose own beam passes `max_beam` has the page
+    offer `max_beam`, not a beam every translation would be refused (422) for."""
+    from transduce.serve.page import render_index
+
+    page = render_index("<b>&", beam=8, max_beam=4)
+    assert "<title>transduce: &lt;b&gt;&amp;</title>" in page and "<b>&" not in page
+    config = re.search(r'<script id="config" type="application/json">(.*?)</script>', page)
+    assert json.loads(config[1]) == {"beam": 4, "maxBeam": 4}

@@ -214,7 +214,11 @@ def test_each_stack_is_drawn_at_its_own_layer_where_the_decoder_is_shallower(tmp
 
     monkeypatch.setattr(views, "heatmap_figure", heatmap)
     monkeypatch.setattr(views, "lines_figure", lambda w, labels, at, path: drawn.update(lines=at))
-    monkeypatch.setattr(views, "grid_figure", lambda *args: None)
+
+    def grid(layers, queries, keys, path, title):  # the grids' labels: as the heatmaps'
+        drawn[path.stem] = (queries, keys)
+
+    monkeypatch.setattr(views, "grid_figure", grid)
     monkeypatch.setattr(views, "write_page", lambda a, at, path: drawn.update(page=at))
     for asked, encoder_layer, page_layer in ((None, 1, 1), (2, 2, 2), (0, 0, 0)):
         views.draw_attention(attention, tmp_path, layer=asked)
@@ -224,6 +228,7 @@ def test_each_stack_is_drawn_at_its_own_layer_where_the_decoder_is_shallower(tmp
             assert title.startswith(f"{titles[kind]}, layer {layer},")
             assert torch.equal(mean, attention.layers[kind][layer].mean(dim=0))
             assert labels == attention.labels[kind]  # (queries, keys): rows, then columns
+            assert drawn[f"{kind}_grid"] == attention.labels[kind]
         assert (drawn["lines"], drawn["page"]) == (encoder_layer, page_layer)
     with pytest.raises(ValueError, match="layers 0 to 2"):
         views.draw_attention(attention, tmp_path, layer=3)
