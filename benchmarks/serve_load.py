@@ -61,7 +61,8 @@ def main() -> None:
     }
     for run in served.values():
         texts = run.pop("texts")
-        run["differ_from_offline"] = sum(a != b for a, b in zip(texts, offline_texts, strict=True))
+        pairs = zip(texts, offline_texts, strict=True)
+        run["differ_from_offline"] = sum(a is not None and a != b for a, b in pairs)
         run["throughput_ratio"] = round(
             run["served_sentences_per_s"] / report["offline_sentences_per_s"], 3
         )
@@ -123,7 +124,10 @@ def _served(args: argparse.Namespace, lines: list[str], decoder: str) -> dict:
         server.terminate()
         server.wait(timeout=60)
         log.close()
-    texts = [t["text"] for a in result.answers for t in (a["translations"] if a else [None] * per)]
+    unanswered = [None] * per  # a refused or lost request's sentences
+    texts = [
+        t and t["text"] for a in result.answers for t in (a["translations"] if a else unanswered)
+    ]
     return {
         "served_seconds": round(result.seconds, 3),
         "served_requests_per_s": round(result.throughput, 2),
