@@ -521,3 +521,27 @@ def test_set_wins_over_the_config_file_which_wins_over_the_preset(tmp_path):
     train = ["train", "--data", "d", "--out", "o", "--preset", "tiny", "--config", str(yaml)]
     config = config_from(_parser().parse_args([*train, "--set", "train.seed=9"]))
     assert (config.train.seed, config.train.warmup_steps) == (9, 123)
+
+
+def test_a_flag_of_zero_still_wins_over_the_config_file_and_set(tmp_path):
+    # guards: a flag given as 0 (--seed 0, --max-minutes 0 = no limit) dropped as if left out
+    yaml = tmp_path / "run.yaml"
+    yaml.write_text("train: {max_minutes: 30}\n")
+    train = ["train", "--data", "d", "--out", "o", "--config", str(yaml), "--set", "train.seed=5"]
+    args = _parser().parse_args([*train, "--seed", "0", "--max-minutes", "0"])
+    flags = {"train.seed": args.seed, "train.max_minutes": args.max_minutes}
+    config = config_from(args, flags)
+    assert (config.train.seed, config.train.max_minutes) == (0, 0.0)
+
+
+def test_params_counts_the_model_its_set_and_config_file_describe(tmp_path, capsys):
+    # guards: `params` applying --set/--config, not counting the bare preset
+    yaml = tmp_path / "wide.yaml"
+    yaml.write_text("model: {d_ff: 4096}\n")
+    run("params", "--preset", "base", "--vocab-size", 100, "--config", yaml,
+        "--set", "model.n_layers=2")  # fmt: skip
+    counted = int(capsys.readouterr().out.splitlines()[-1])
+    asked = override(preset("base"), {"model.d_ff": 4096, "model.n_layers": 2})
+    with torch.device("meta"):
+        model = Transformer(override(asked, {"model.vocab_size": 100}).model)
+    assert counted == count_parameters(model)

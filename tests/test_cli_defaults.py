@@ -237,16 +237,24 @@ def _failing(monkeypatch, error: BaseException) -> None:
 
 
 @pytest.mark.parametrize(
-    "kind", ["TrainingError", "RunFolderError", "CheckpointError", "FileNotFoundError"]
+    "kind",
+    [
+        "TrainingError",
+        "RunFolderError",
+        "CheckpointError",
+        "FileNotFoundError",
+        "MainProcessFailed",  # guards: a worker of a multi-process run failing with a traceback
+    ],
 )
 def test_each_expected_failure_is_one_line_naming_the_verb_not_a_traceback(monkeypatch, kind):
     """The errors that are not ValueErrors (those are caught as ValueError) each end the
     command with its message after the verb's name."""
     from transduce.training.checkpoint import CheckpointError
+    from transduce.training.distributed import MainProcessFailed
     from transduce.training.loop import TrainingError
     from transduce.training.runlog import RunFolderError
 
-    known = [TrainingError, RunFolderError, CheckpointError, FileNotFoundError]
+    known = [TrainingError, RunFolderError, CheckpointError, FileNotFoundError, MainProcessFailed]
     error = {e.__name__: e for e in known}
     _failing(monkeypatch, error[kind]("what went wrong"))
     with pytest.raises(SystemExit) as exit_:

@@ -313,4 +313,25 @@ def test_a_dev_sentence_longer_than_learned_positions_is_refused_too():
 
     with pytest.raises(ConfigError, match=r"set model\.max_positions=21 or more"):
         _check_positions(learned(12), Data())
+    # guards: 20 subwords need 21 positions (EOS, or BOS in the decoder's input): 20 is too few
+    with pytest.raises(ConfigError, match=r"set model\.max_positions=21 or more"):
+        _check_positions(learned(20), Data())
     _check_positions(learned(21), Data())
+
+
+def test_setting_the_model_family_a_model_already_has_keeps_the_model():
+    # guards: `--set model.family=transformer` resetting a preset's model to the defaults
+    for name in ("tiny", "parse-tiny", "rnn-tiny"):
+        config = preset(name)
+        assert override(config, {"model.family": config.model.family}) == config, name
+
+
+def test_the_cpu_and_parsing_presets_keep_their_documented_settings():
+    # guards: the presets' documented choices (presets.py docstrings) drifting silently
+    assert (preset("tiny").train.keep_last, preset("tiny").train.average_last) == (10, 10)
+    assert preset("tiny").decode.alpha == 1.0
+    demo = preset("demo")
+    assert (demo.decode.alpha, demo.train.average_last, demo.model.dropout) == (1.4, 1, 0.0)
+    assert demo.train.warmup_steps == 200
+    for name in ("parse", "parse-tiny"):  # the reference parser's softmax is its own matrix
+        assert preset(name).model.tie_output is False, name

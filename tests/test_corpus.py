@@ -278,3 +278,34 @@ def test_real_corpora_have_the_expected_line_counts():
         assert {"train", "dev"} <= set(files)
         for split, (src_path, tgt_path) in files.items():
             assert len(read_parallel(src_path, tgt_path)) == corpus.CORPORA[name].lines[split]
+
+
+def test_multi30k_local_splits_are_the_2016_flickr_test_and_val_of_each_variant(tmp_path):
+    # guards: a named split resolving to the wrong upstream file (val, test_2016_flickr, tok/)
+    expected = {
+        "raw": "multi30k/{split}.{lang}.gz",
+        "tok": "multi30k/tok/{split}.lc.norm.tok.{lang}.gz",
+    }
+    upstream = {"train": "train", "dev": "val", "test": "test_2016_flickr"}
+    for variant, layout in expected.items():
+        for name in upstream.values():
+            for lang in ("en", "de"):
+                write_gz(tmp_path / layout.format(split=name, lang=lang), [name])
+        files = corpus_files("multi30k", "de", "en", variant=variant, data_dir=tmp_path)
+        assert files == {
+            split: tuple(tmp_path / layout.format(split=name, lang=lang) for lang in ("de", "en"))
+            for split, name in upstream.items()
+        }, variant
+
+
+def test_the_named_corpora_know_their_line_counts_and_which_text_is_tokenized():
+    # guards: a download checked against the wrong count, or tokenized text scored as raw
+    assert dict(CORPORA["multi30k"].lines) == {"train": 29000, "dev": 1014, "test": 1000}
+    assert dict(CORPORA["small_parallel_enja"].lines) == {"train": 50000, "dev": 500, "test": 500}
+    tok = CORPORA["multi30k"].variants["tok"].url.format(split="test_2016_flickr", lang="fr")
+    assert tok == (
+        "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/tok/"
+        "test_2016_flickr.lc.norm.tok.fr.gz"
+    )
+    assert corpus.is_tokenized("multi30k", "tok") and corpus.is_tokenized("small_parallel_enja")
+    assert not corpus.is_tokenized("multi30k", "raw") and not corpus.is_tokenized("files")

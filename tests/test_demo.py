@@ -135,3 +135,16 @@ def test_the_tok_variants_tokenized_output_draws_no_hint_to_detokenize(
         assert "tokenized period" not in caplog.text
         _fake_run(tmp_path, monkeypatch, minutes=3, variant="raw")
         assert "tokenized period" in caplog.text
+
+
+def test_the_demo_preset_serves_up_to_20_minutes_and_tiny_beyond():
+    # guards: the documented "demo up to 20 --minutes, tiny beyond" boundary
+    assert demo.default_preset(10) == demo.default_preset(20) == "demo"
+    assert demo.default_preset(20.5) == demo.default_preset(60) == "tiny"
+
+
+def test_a_demos_set_wins_over_its_time_budget(tmp_path, monkeypatch):
+    # guards: --set train.max_steps / train.max_minutes overwritten by the demo's own budget
+    options = {"overrides": ["train.max_steps=50", "train.max_minutes=2"]}
+    config = _fake_run(tmp_path, monkeypatch, minutes=3, **options)["train"][0]
+    assert (config.train.max_steps, config.train.max_minutes) == (50, 2.0)

@@ -305,3 +305,18 @@ def test_an_export_never_replaces_a_folder_of_other_files(fake_ctranslate2, tmp_
         (earlier / name).write_text("")
     with pytest.raises(FileNotFoundError):
         export_hf(tmp_path / "run", earlier)
+
+
+def test_an_untrained_export_computes_our_function_from_bos(tmp_path):
+    # guards: a weight mapped or scaled wrongly, or generation not starting from BOS (fast check)
+    path = save_toy_model(tmp_path)
+    ours = Translator.load(path, device="cpu")
+    theirs = transformers.AutoModelForSeq2SeqLM.from_pretrained(export_hf(path, tmp_path / "hf"))
+    src = _sources(ours)
+    tgt = torch.tensor([[ours.vocab.bos, 5, 6, 7]] * len(LINES))
+    with torch.no_grad():
+        mask = (src != ours.vocab.pad).long()
+        hf_logits = theirs.eval()(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        torch.testing.assert_close(hf_logits, ours.model(src, tgt), rtol=1e-4, atol=1e-4)
+        generated = theirs.generate(input_ids=src, attention_mask=mask, max_new_tokens=2)
+    assert generated[:, 0].tolist() == [ours.vocab.bos] * len(LINES)

@@ -527,3 +527,26 @@ def test_more_jobs_than_cores_still_gives_each_run_one_thread_not_torchs_default
     assert sweep_module._with_threads(config, 4).train.threads == 1
     assert sweep_module._with_threads(config, 2).train.threads == 1
     assert sweep_module._with_threads(config, 1) == config
+
+
+def test_set_onto_the_base_wins_over_the_sweeps_budget_and_search():
+    # guards: --set overwritten by --steps/--minutes or by the task's search the sweep puts back
+    asked = ["train.max_steps=7", "decode.beam_size=2", "train.valid_bleu=true"]
+    base = sweep_base("tiny", minutes=5, steps=40, assignments=asked)
+    assert (base.train.max_steps, base.train.max_minutes, base.train.valid_bleu) == (7, 5, True)
+    assert base.decode == DecodeConfig(beam_size=2)
+
+
+def test_each_run_is_scored_on_the_dev_set_as_table_3(data, tmp_path, monkeypatch):
+    # guards: the sweep scoring its rows on the test set (Table 3 is newstest2013, the dev set)
+    real_score, splits = sweep_module.translate_and_score, []
+
+    def recording(translator, data, split, *args):
+        splits.append(split)
+        return real_score(translator, data, split, *args)
+
+    monkeypatch.setattr(sweep_module, "translate_and_score", recording)
+    base = sweep_base("tiny", steps=2, assignments=as_set_arguments(QUICK))
+    (result,) = sweep(data.path, tmp_path, base, rows=["base"])
+    assert "test" in data.splits and splits == ["dev"]
+    assert (tmp_path / "base-seed1" / "dev.hyp").exists() and not result.runs[0].error

@@ -5,6 +5,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 
 import transduce.training.loop as loop_module
@@ -128,3 +129,12 @@ def test_validation_logs_and_ranks_checkpoints_by_the_tasks_metric(
     records = read_log(tmp_path / "run" / "log.jsonl")
     assert [r["errors"] for r in records if r["kind"] == "valid"] == [5.0, 1.0, 3.0]
     assert load(tmp_path / "run" / "checkpoints" / "best.pt")["step"] == 4  # the fewest errors
+
+
+def test_the_reports_chrf_scores_the_hypotheses_against_the_references():
+    # guards: `evaluate`'s chrF with hypotheses and references swapped (chrF weighs recall)
+    hypotheses, references = ["a dog"], ["a dog runs on the grass"]
+    chrf = get_task(TaskConfig()).report(hypotheses, references)[1]
+    expected = sacrebleu.CHRF().corpus_score(hypotheses, [references]).score
+    swapped = sacrebleu.CHRF().corpus_score(references, [hypotheses]).score
+    assert chrf.score == pytest.approx(expected) and expected != pytest.approx(swapped)

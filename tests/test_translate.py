@@ -152,3 +152,16 @@ def test_searching_with_a_model_in_training_mode_or_impossible_settings_is_refus
         with pytest.raises(ValueError, match="beam_size must be an int >= 1, n_best in"):
             transduce.beam_search(model, src, **ids, **bad)
     assert transduce.beam_search(model, src, **ids, beam_size=2, n_best=2)[0][1].tokens is not None
+
+
+def test_loading_for_int8_decoding_makes_a_translator_that_decodes_in_int8(tmp_path):
+    # guards: `translate --int8` loading a float32 translator (int8 not handed on by load)
+    from transduce.models.int8 import available
+
+    path = save_toy_model(tmp_path)
+    assert Translator.load(path, device="cpu").int8_weights is None
+    if not available:
+        with pytest.raises(ValueError, match="oneDNN"):
+            Translator.load(path, device="cpu", int8=True)
+        return
+    assert Translator.load(path, device="cpu", int8=True).int8_weights == {}  # the int8 store
