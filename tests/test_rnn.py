@@ -143,26 +143,33 @@ def _ours(model):
     return logits[0], maps.decoder_cross[0][0, 0]  # (T, V), (T, S)
 
 
-def test_input_feeding_equals_a_step_by_step_reference():
-    """Luong et al. 2015: h'_j = LSTM([Emb(y_{j-1}); h~'_{j-1}], h'_{j-1}) with h~'_0 = 0 and
-    h'_0 = 0; alpha from h'_j with the general score."""
-    model = tiny_rnn(7, n_layers=2, score="general", input_feeding=True)
+def _assert_luong_reference(model, score_of, feeding: bool) -> None:
+    """Luong et al. 2015, step by step: h'_j = LSTM([Emb(y_{j-1}); h~'_{j-1} if input feeding],
+    h'_{j-1}) from zeros, then alpha_j from score_of(h'_j, h_i) over the memory, c_j, h~'_j and
+    the logits, which the model's must equal."""
     memory, _ = _encoder_reference(model, SOURCE, 2, bidirectional=False)
     decoder, d = model.decoder, model.config.d_model
     states = [(torch.zeros(d, dtype=torch.float64),) * 2 for _ in range(2)]
     feed = torch.zeros(d, dtype=torch.float64)
     logits, alphas = [], []
     for y in TARGET:
-        x = torch.cat([decoder.tokens.weight[y], feed])
+        x = torch.cat([decoder.tokens.weight[y], feed]) if feeding else decoder.tokens.weight[y]
         h, states = _decoder_layers(decoder.rnn, x, states)
-        scores = torch.stack([h @ decoder.attention.score.W_a.weight @ m for m in memory])
-        alpha, c = _softmax_attention(scores, memory)
+        alpha, c = _softmax_attention(torch.stack([score_of(h, m) for m in memory]), memory)
         feed, out = _output(decoder, c, h)
         logits.append(out)
         alphas.append(alpha)
     ours, alpha = _ours(model)
     torch.testing.assert_close(ours, torch.stack(logits), rtol=0, atol=1e-12)
     torch.testing.assert_close(alpha, torch.stack(alphas), rtol=0, atol=1e-12)
+
+
+def test_input_feeding_equals_a_step_by_step_reference():
+    """Luong et al. 2015: h'_j = LSTM([Emb(y_{j-1}); h~'_{j-1}], h'_{j-1}) with h~'_0 = 0 and
+    h'_0 = 0; alpha from h'_j with the general score."""
+    model = tiny_rnn(7, n_layers=2, score="general", input_feeding=True)
+    W_a = model.decoder.attention.score.W_a.weight
+    _assert_luong_reference(model, lambda h, m: h @ W_a @ m, feeding=True)
 
 
 @pytest.mark.parametrize("feeding", [False, True])
@@ -171,25 +178,10 @@ def test_luong_concat_asks_with_the_current_state_a_step_by_step_reference(feedi
     h'_j = LSTM([Emb(y_{j-1}); h~'_{j-1} if input feeding], h'_{j-1}): the function of Bahdanau's
     additive score, wired as Luong's, not as Bahdanau's."""
     model = tiny_rnn(9, score="concat", input_feeding=feeding)
-    memory, _ = _encoder_reference(model, SOURCE, 2, bidirectional=False)
-    decoder, score, d = model.decoder, model.decoder.attention.score, model.config.d_model
-    states = [(torch.zeros(d, dtype=torch.float64),) * 2 for _ in range(2)]
-    feed = torch.zeros(d, dtype=torch.float64)
+    score = model.decoder.attention.score
     W_a = torch.cat([score.W_a.weight, score.U_a.weight], dim=1)  # W_a [h'_j; h_i], one matrix
-    logits, alphas = [], []
-    for y in TARGET:
-        x = torch.cat([decoder.tokens.weight[y], feed]) if feeding else decoder.tokens.weight[y]
-        h, states = _decoder_layers(decoder.rnn, x, states)
-        scores = torch.stack(
-            [score.v_a.weight[0] @ torch.tanh(W_a @ torch.cat([h, m])) for m in memory]
-        )
-        alpha, c = _softmax_attention(scores, memory)
-        feed, out = _output(decoder, c, h)
-        logits.append(out)
-        alphas.append(alpha)
-    ours, alpha = _ours(model)
-    torch.testing.assert_close(ours, torch.stack(logits), rtol=0, atol=1e-12)
-    torch.testing.assert_close(alpha, torch.stack(alphas), rtol=0, atol=1e-12)
+    v_a = score.v_a.weight[0]
+    _assert_luong_reference(model, lambda h, m: v_a @ torch.tanh(W_a @ torch.cat([h, m])), feeding)
 
 
 def test_bahdanau_wiring_equals_a_step_by_step_reference():
