@@ -447,14 +447,16 @@ def test_a_failure_of_ours_is_a_500_naming_its_kind_and_the_server_keeps_serving
     assert counted == 1
 
 
-def _posting(url: str, first_bytes: bytes) -> socket.socket:
-    """A raw connection that has sent a translate request's headers, declaring a body of 100
-    bytes, and `first_bytes` of that body."""
+def _posting(url: str, first_bytes: bytes, framing: bytes = b"Content-Length: 100\r\n"):
+    """A raw connection that has sent a translate request's headers, the body framed by
+    `framing` (by default: declared as 100 bytes), and `first_bytes` of that body."""
     host, port = url.removeprefix("http://").split(":")
     connection = socket.create_connection((host, int(port)), timeout=30)
     connection.sendall(
         b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: 100\r\n\r\n" + first_bytes
+        + framing
+        + b"\r\n"
+        + first_bytes
     )
     return connection
 
@@ -507,12 +509,8 @@ def test_a_chunked_body_past_the_limit_is_413_before_it_ends(engine):
     # guards the size limit counted as the body arrives, not once it is whole (held in memory)
     settings = replace(LOOPBACK, max_body_bytes=1000, body_timeout_s=5.0)
     with Background(engine, settings) as url:
-        host, port = url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=30) as connection:
-            connection.sendall(
-                b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Transfer-Encoding: chunked\r\n\r\n" + b"5dc\r\n" + b" " * 1500 + b"\r\n"
-            )  # 1500 bytes of a body that never ends
+        chunk = b"5dc\r\n" + b" " * 1500 + b"\r\n"  # 1500 bytes of a body that never ends
+        with _posting(url, chunk, framing=b"Transfer-Encoding: chunked\r\n") as connection:
             started = time.monotonic()
             answer = connection.recv(4096)
     assert answer.startswith(b"HTTP/1.1 413") and time.monotonic() - started < 4
@@ -521,18 +519,13 @@ def test_a_chunked_body_past_the_limit_is_413_before_it_ends(engine):
 def test_time_ms_counts_from_the_requests_arrival_its_body_included(engine):
     # guards the answer's time (and the time budget) starting when the request arrived
     body = b'{"text": "the dog"}'
-    with Background(engine, LOOPBACK) as url:
-        host, port = url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=30) as connection:
-            connection.sendall(
-                b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:5]
-            )
-            time.sleep(0.6)  # the rest of the body comes later
-            connection.sendall(body[5:])
-            answer = b""
-            while chunk := connection.recv(65536):
-                answer += chunk
+    framing = b"Connection: close\r\nContent-Length: %d\r\n" % len(body)
+    with Background(engine, LOOPBACK) as url, _posting(url, body[:5], framing) as connection:
+        time.sleep(0.6)  # the rest of the body comes later
+        connection.sendall(body[5:])
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
     head, _, content = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and json.loads(content)["time_ms"] >= 600
 
