@@ -8,9 +8,11 @@ from transduce.config import Config, override
 from transduce.tasks.translation import scoring
 from transduce.training import files
 from transduce.training.runlog import (
+    WRITE_PROBE,
     RunFolderError,
     Window,
     check_same_run,
+    check_writable,
     claim_run_folder,
     keep_log_until,
     read_log,
@@ -103,12 +105,23 @@ def test_a_new_run_refuses_a_folder_of_the_users_own_files(tmp_path):
     assert (notes / "log.jsonl").read_text() == "my diary\n"
 
 
+def test_the_write_check_leaves_another_starts_probe_alone(tmp_path):
+    """Two runs starting at once (into two folders, or one refused by the other's hold) each
+    probe the folder under a name of its own: neither deletes the other's probe mid-check."""
+    theirs = tmp_path / WRITE_PROBE  # the one name every start used before
+    theirs.write_bytes(b"another start's")
+    check_writable(tmp_path)
+    check_writable(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [WRITE_PROBE]
+    assert theirs.read_bytes() == b"another start's"
+
+
 def test_a_new_run_takes_over_a_start_that_failed_before_its_first_checkpoint(tmp_path):
     """What a run writes before its first checkpoint, and a new or missing folder, are fine."""
     started = tmp_path / "started"
     started.mkdir()
     (started / "config.json").write_text(Config().to_json())
-    for name in ("data.json", "log.jsonl", "vocab.model", ".write-test"):
+    for name in ("data.json", "log.jsonl", "vocab.model", ".write-testk3x9_q"):  # a killed probe
         (started / name).write_text("{}")
     (started / "tensorboard").mkdir()
     for folder in (started, tmp_path / "empty", tmp_path / "absent"):

@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import shutil
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -32,9 +33,10 @@ def check_writable(run_dir: Path) -> None:
     """Refuse before training, not after an hour, when checkpoints could not be written."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / WRITE_PROBE
-        probe.write_bytes(b"x" * 1024)
-        probe.unlink()
+        # a name of its own: two starts at the same instant would each delete the other's probe
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=WRITE_PROBE) as probe:
+            probe.write(b"x" * 1024)
+            probe.flush()
     except OSError as error:
         raise RunFolderError(f"cannot write to the run folder {run_dir}: {error}") from error
     free = shutil.disk_usage(run_dir).free
@@ -100,7 +102,8 @@ STARTED_RUN_FILES = {"config.json", "data.json", LOG_FILE, "vocab.model", "tenso
 
 def _check_started_run_only(run_dir: Path) -> None:
     """Refuse a folder of the user's own files, which a new run would overwrite."""
-    entries = {p.name for p in run_dir.iterdir()} - {WRITE_PROBE} if run_dir.is_dir() else set()
+    names = [p.name for p in run_dir.iterdir()] if run_dir.is_dir() else []
+    entries = {name for name in names if not name.startswith(WRITE_PROBE)}
     if not entries:
         return
     foreign = sorted(entries - STARTED_RUN_FILES)
