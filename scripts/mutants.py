@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = Path(__file__).with_name("mutants.json")
+PYTEST = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
 
 
 def main() -> int:
@@ -56,8 +57,7 @@ def plant(copy: Path, entry: dict) -> str:
     path.write_text(original.replace(entry["old"], entry["new"]), encoding="utf-8")
     try:
         outcome = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
-            + ["-m", entry.get("marker", "not slow"), *entry["tests"]],
+            [*PYTEST, "-m", entry.get("marker", "not slow"), *entry["tests"]],
             cwd=copy,
             env=os.environ | {"PYTHONPATH": str(copy)},  # the copy's package, not the checkout's
             capture_output=True,

@@ -19,6 +19,8 @@ from .typed import ConfigError, check_types
 
 POSITIONS = ("sinusoidal", "learned")
 SCHEDULES = ("noam", "constant", "plateau")
+# "auto": bf16 autocast on a GPU, float32 on a CPU; "bf16" on a CPU with AMX: models/bf16.py
+PRECISIONS = ("auto", "fp32", "bf16")
 CELLS = ("lstm", "gru")
 SCORES = ("dot", "general", "concat", "additive")  # Luong et al. 2015's three; Bahdanau et al.'s
 DECODER_INITS = ("zero", "bridge")
@@ -187,7 +189,7 @@ class TrainConfig:
     keep_last: int = 5  # checkpoints kept besides the best; the paper averages the last 5 / 20
     average_last: int = 5  # how many of the last, after warmup, make the final `average.pt`
     seed: int = 1
-    precision: str = "auto"  # "auto": bf16 autocast on a GPU, float32 on a CPU; or "fp32"
+    precision: str = "auto"  # one of PRECISIONS
     threads: int = 0  # CPU threads; 0 = torch's default
     # torch.compile the layers and the loss for training (training/compiled.py): "auto" on a GPU
     # only, "on" on any device, or "off"
@@ -214,7 +216,7 @@ class TrainConfig:
         _require(self.keep_last > 0, "train.keep_last must be positive")
         last = self.average_last
         _require(0 < last <= self.keep_last, "train.average_last must be in 1..train.keep_last")
-        _require(self.precision in ("auto", "fp32"), "train.precision must be auto or fp32")
+        _require(self.precision in PRECISIONS, f"train.precision must be one of {PRECISIONS}")
         _require(self.compile in ("auto", "on", "off"), "train.compile must be auto, on or off")
 
 

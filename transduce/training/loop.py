@@ -27,7 +27,7 @@ from ..config import Config
 from ..data.batching import Batch, collate
 from ..data.dataset import PreparedData
 from ..data.epochs import Pairs, TrainingEpochs
-from ..models import build_model, count_parameters
+from ..models import bf16, build_model, count_parameters
 from ..runtime import pick_device
 from ..tasks import get_task, resolve_config
 from . import distributed
@@ -100,6 +100,8 @@ class Trainer:
         if self.config.train.threads:
             torch.set_num_threads(self.config.train.threads)
         self.vocab, self.task = data.vocab, get_task(self.config.task)
+        if device.type == "cpu" and self.config.train.precision == "bf16":
+            bf16.check_supported()  # before an hour of emulated products, slower than float32
         self.model, self.network, self.optimizer = self._build_model()
         self.compiled = (
             compiles(self.config.train.compile, device) and compile_layers(self.model) > 0
@@ -292,8 +294,11 @@ class Trainer:
         return collate(pairs, self.vocab.pad, self.vocab.bos, self.vocab.eos).to(self.device)
 
     def _autocast(self):
-        if self.device.type == "cuda" and self.config.train.precision == "auto":
+        precision = self.config.train.precision
+        if self.device.type == "cuda" and precision in ("auto", "bf16"):
             return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.device.type == "cpu" and precision == "bf16":
+            return bf16.products()
         return nullcontext()
 
     def _stop_asked(self) -> int:

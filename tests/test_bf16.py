@@ -1,0 +1,114 @@
+"""Training's products in bfloat16 on a CPU (`train.precision=bf16`, models/bf16.py): the
+products are those of the rounded inputs, padding rows change nothing, only training's products
+take the route, and the Trainer takes it only when asked and only where AMX is."""
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transduce.config import ConfigError
+from transduce.data.dataset import PreparedData
+from transduce.models import bf16, matmul
+from transduce.training.loop import Trainer
+
+from .conftest import prepared_reverse_task
+from .test_train import toy_config
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory):
+    return prepared_reverse_task(tmp_path_factory.mktemp("toy"))
+
+
+def _rounded(t):
+    return t.to(torch.bfloat16).double()
+
+
+@pytest.mark.parametrize("rows", [1, 37, bf16.PAD_ROWS, bf16.PAD_ROWS + 5])
+def test_the_products_are_those_of_the_rounded_inputs_and_padding_adds_nothing(rows):
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 48, requires_grad=True)
+    weight = torch.randn(24, 48, requires_grad=True)
+    bias = torch.randn(24, requires_grad=True)
+    grad = torch.randn(rows, 24)
+    out = bf16.linear(x, weight, bias)
+    out.backward(grad)
+    assert out.dtype == x.grad.dtype == weight.grad.dtype == torch.float32
+    assert out.shape == (rows, 24) and x.grad.shape == x.shape
+    # float32 sums of bfloat16 inputs, the result rounded to bfloat16 (8 bits): 2^-8 of sums
+    # of up to ~10, one rounding more near zero, where the bias is added after it
+    close = {"rtol": 2**-7, "atol": 0.05}
+    torch.testing.assert_close(
+        out.double(), _rounded(x) @ _rounded(weight).T + bias.double(), **close
+    )
+    torch.testing.assert_close(x.grad.double(), _rounded(grad) @ _rounded(weight), **close)
+    torch.testing.assert_close(weight.grad.double(), _rounded(grad).T @ _rounded(x), **close)
+    torch.testing.assert_close(bias.grad, grad.sum(0))
+    # and not float32's own products, which the tolerance above would also accept
+    assert not torch.equal(out, F.linear(x, weight, bias))
+
+
+def test_only_training_products_inside_the_context_take_bfloat16():
+    torch.manual_seed(0)
+    x, weight = torch.randn(5, 7, 16), torch.randn(8, 16, requires_grad=True)
+    exact = F.linear(x, weight)
+    with bf16.products():
+        assert bf16.active()
+        trained = matmul.linear(x, weight)
+        with torch.no_grad():  # decoding, validation, the loss's own chunks: float32
+            assert torch.equal(matmul.linear(x, weight), exact)
+        wide = x.double(), weight.double()  # float64 (the tests' references): as it is
+        assert torch.equal(matmul.linear(*wide), F.linear(*wide))
+    assert not bf16.active()
+    assert trained.shape == (5, 7, 8) and trained.requires_grad
+    torch.testing.assert_close(trained, bf16.linear(x.reshape(35, 16), weight, None).view(5, 7, 8))
+    assert not torch.equal(trained, exact)
+    assert torch.equal(matmul.linear(x, weight), exact)
+
+
+def test_the_context_is_left_on_an_error_and_restores_an_outer_one():
+    with pytest.raises(RuntimeError), bf16.products():
+        raise RuntimeError("a failed update")
+    assert not bf16.active()
+    with bf16.products():
+        with bf16.products():
+            pass
+        assert bf16.active()
+
+
+def test_the_product_cache_is_raised_unless_the_user_set_it(monkeypatch):
+    first, second = bf16.CACHE_SETTINGS
+    monkeypatch.setenv(first, "8")
+    monkeypatch.setenv(second, "3")
+    monkeypatch.setattr(bf16, "USER_SET", frozenset({second}))
+    with bf16.products():
+        pass
+    assert os.environ[first] == str(bf16.CACHED_PRODUCTS) and os.environ[second] == "3"
+
+
+def test_the_trainer_refuses_bf16_on_a_cpu_without_amx(toy_data, tmp_path, monkeypatch):
+    monkeypatch.setattr(bf16, "supported", lambda: False)
+    config = toy_config(**{"train.precision": "bf16"})
+    with pytest.raises(ConfigError, match="needs AMX"):
+        Trainer(config, PreparedData.load(toy_data), tmp_path, False, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "auto", "fp32"])
+def test_the_trainer_updates_through_bf16_products_only_when_asked(
+    precision, toy_data, tmp_path, monkeypatch
+):
+    calls = []
+    products = bf16.linear
+    monkeypatch.setattr(bf16, "supported", lambda: True)  # emulated where there is no AMX
+    monkeypatch.setattr(bf16, "linear", lambda *a: calls.append(a[0].shape) or products(*a))
+    config = toy_config(**{"train.precision": precision})
+    trainer = Trainer(config, PreparedData.load(toy_data), tmp_path, False, torch.device("cpu"))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    batch = next(iter(trainer.epochs.batches(0)))
+    result = trainer._update([batch], rate=1e-3)
+    assert result.tgt_tokens > 0
+    moved = [not torch.equal(p, q) for p, q in zip(trainer.model.parameters(), before, strict=True)]
+    assert all(moved)  # every parameter, the bf16 layers' weights and biases too, was updated
+    assert bool(calls) == (precision == "bf16")

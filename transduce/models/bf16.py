@@ -1,0 +1,119 @@
+"""Training's matrix products in bfloat16 on a CPU with AMX (`train.precision=bf16`).
+
+Intel's Xeons from the 4th generation (Sapphire Rapids) on multiply bfloat16 matrices in AMX
+tiles, 3-10x faster than float32 at training's shapes on 2 cores (oneDNN, called by PyTorch for
+bfloat16 products; benchmarks/SPEED.md, session 46). Here only the linear layers' products of
+training take that route, forward and backward: the weights, the optimiser, layer norms,
+softmaxes, residual sums and the loss stay float32, as under autocast on a GPU (the loss's
+product over the vocabulary stays float32 too: casting the 10,000 x d output weight for each of
+its chunks cost more than the product gained). Each product's inputs are rounded to bfloat16
+and its sums kept in float32 by the hardware; the output is rounded to bfloat16 on the way out
+and raised back to float32.
+
+oneDNN compiles a product for each shape it meets and keeps a few in a cache
+(`matmul.CACHED_PRODUCTS`). Token-bucketed batches bring a new row count at nearly every update,
+and a bfloat16 product compiled afresh costs more than it saves (1,000 x 256 x 256 took 3 ms a
+call, against 0.24 ms from the cache). So the rows are padded with zeros to a multiple of
+`PAD_ROWS`, which makes training's row counts a handful, and the cache is raised to
+`CACHED_PRODUCTS` entries, enough for an update's products, when this route is first taken.
+Zero rows add nothing to the weight's gradient, and their outputs are dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from ..config import ConfigError
+
+PAD_ROWS = 128
+CACHED_PRODUCTS = 64
+CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+# Those the user set, left as they are; read on import, before `matmul` (which imports this
+# module first) sets its own defaults.
+USER_SET = frozenset(name for name in CACHE_SETTINGS if name in os.environ)
+
+_active = False
+
+
+def supported() -> bool:
+    """Whether this CPU multiplies bfloat16 in AMX tiles (elsewhere it is emulated, slower than
+    float32)."""
+    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+
+
+def check_supported() -> None:
+    if not supported():
+        raise ConfigError(
+            "train.precision=bf16 on a CPU needs AMX (Intel Xeon of the 4th generation or later);"
+            " this CPU would emulate bfloat16 products, slower than float32: leave it at auto"
+        )
+
+
+def active() -> bool:
+    return _active
+
+
+@contextmanager
+def products() -> Iterator[None]:
+    """Inside: `matmul.linear`'s float32 CPU products that take gradients run in bfloat16."""
+    global _active
+    _raise_product_cache()
+    before, _active = _active, True
+    try:
+        yield
+    finally:
+        _active = before
+
+
+def _raise_product_cache() -> None:
+    # oneDNN and ideep read these at the process's first oneDNN product; where one has run
+    # before (float32 products take oneDNN on some CPUs), the smaller cache stays: slower, not
+    # wrong.
+    for name in CACHE_SETTINGS:
+        if name not in USER_SET:
+            os.environ[name] = str(CACHED_PRODUCTS)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x (M, K) @ weight (N, K)^T + bias, the product in bfloat16, float32 in and out."""
+    return _Bf16Linear.apply(x, weight, bias)
+
+
+def _padded(rows: Tensor) -> Tensor:
+    """`rows` in bfloat16 with zero rows added up to a multiple of PAD_ROWS."""
+    extra = -rows.size(0) % PAD_ROWS
+    return F.pad(rows.to(torch.bfloat16), (0, 0, 0, extra))
+
+
+class _Bf16Linear(torch.autograd.Function):
+    """y = x W^T + b; backward dL/dx = g W and dL/dW = g^T x, the three products in bfloat16 on
+    rows padded alike (the padding rows of g are zero, so they add nothing to dL/dW)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        x_low, weight_low = _padded(x), weight.to(torch.bfloat16)
+        ctx.save_for_backward(x_low, weight_low)
+        ctx.rows, ctx.has_bias = x.size(0), bias is not None
+        out = torch.mm(x_low, weight_low.t())[: x.size(0)].float()
+        return out if bias is None else out.add_(bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        x_low, weight_low = ctx.saved_tensors
+        grad_low = _padded(grad)
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.mm(grad_low, weight_low)[: ctx.rows].float()
+        if ctx.needs_input_grad[1]:
+            grad_w = torch.mm(grad_low.t(), x_low).float()
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = grad.sum(0)
+        return grad_x, grad_w, grad_b
