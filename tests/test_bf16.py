@@ -92,7 +92,8 @@ def test_the_trainer_refuses_bf16_on_a_cpu_without_amx(toy_data, tmp_path, monke
     monkeypatch.setattr(bf16, "supported", lambda: False)
     config = toy_config(**{"train.precision": "bf16"})
     with pytest.raises(ConfigError, match="needs AMX"):
-        Trainer(config, PreparedData.load(toy_data), tmp_path, False, torch.device("cpu"))
+        Trainer(config, PreparedData.load(toy_data), tmp_path / "run", False, torch.device("cpu"))
+    assert not (tmp_path / "run").exists()  # refused before the run folder was made
 
 
 @pytest.mark.parametrize("precision", ["bf16", "auto", "fp32"])

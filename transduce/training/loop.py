@@ -96,12 +96,12 @@ class Trainer:
         self.data, self.run_dir, self.device = data, run_dir, device
         self.processes = processes or distributed.Processes()
         self.config = resolve_config(config, data)
+        if device.type == "cpu" and self.config.train.precision == "bf16":
+            bf16.check_supported()  # before an hour of emulated products, slower than float32
         self.processes.on_main(lambda: write_run_folder(run_dir, self.config, data, resume))
         if self.config.train.threads:
             torch.set_num_threads(self.config.train.threads)
         self.vocab, self.task = data.vocab, get_task(self.config.task)
-        if device.type == "cpu" and self.config.train.precision == "bf16":
-            bf16.check_supported()  # before an hour of emulated products, slower than float32
         self.model, self.network, self.optimizer = self._build_model()
         self.compiled = (
             compiles(self.config.train.compile, device) and compile_layers(self.model) > 0
