@@ -83,8 +83,8 @@ def test_the_product_cache_is_raised_unless_the_user_set_it(monkeypatch):
     monkeypatch.setenv(first, "8")
     monkeypatch.setenv(second, "3")
     monkeypatch.setattr(bf16, "USER_SET", frozenset({second}))
-    with bf16.products():
-        pass
+    monkeypatch.setattr(bf16, "supported", lambda: True)
+    bf16.prepare()
     assert os.environ[first] == str(bf16.CACHED_PRODUCTS) and os.environ[second] == "3"
 
 
@@ -103,6 +103,8 @@ def test_the_trainer_updates_through_bf16_products_only_when_asked(
     calls = []
     products = bf16.linear
     monkeypatch.setattr(bf16, "supported", lambda: True)  # emulated where there is no AMX
+    for name in bf16.CACHE_SETTINGS:  # restored after the test, as `prepare` changes them
+        monkeypatch.setenv(name, os.environ.get(name, "8"))
     monkeypatch.setattr(bf16, "linear", lambda *a: calls.append(a[0].shape) or products(*a))
     config = toy_config(**{"train.precision": precision})
     trainer = Trainer(config, PreparedData.load(toy_data), tmp_path, False, torch.device("cpu"))

@@ -15,7 +15,7 @@ oneDNN compiles a product for each shape it meets and keeps a few in a cache
 and a bfloat16 product compiled afresh costs more than it saves (1,000 x 256 x 256 took 3 ms a
 call, against 0.24 ms from the cache). So the rows are padded with zeros to a multiple of
 `PAD_ROWS`, which makes training's row counts a handful, and the cache is raised to
-`CACHED_PRODUCTS` entries, enough for an update's products, when this route is first taken.
+`CACHED_PRODUCTS` entries, enough for an update's products, by `prepare` (the Trainer's, once).
 Zero rows add nothing to the weight's gradient, and their outputs are dropped.
 """
 
@@ -48,12 +48,20 @@ def supported() -> bool:
     return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
 
 
-def check_supported() -> None:
+def prepare() -> None:
+    """Before training takes this route: refuse a CPU without AMX, and raise the product cache.
+
+    oneDNN and ideep read the cache settings at the process's first oneDNN product; where one
+    has run before (float32 products take oneDNN on some CPUs), the smaller cache stays: slower,
+    not wrong."""
     if not supported():
         raise ConfigError(
             "train.precision=bf16 on a CPU needs AMX (Intel Xeon of the 4th generation or later);"
             " this CPU would emulate bfloat16 products, slower than float32: leave it at auto"
         )
+    for name in CACHE_SETTINGS:
+        if name not in USER_SET:
+            os.environ[name] = str(CACHED_PRODUCTS)
 
 
 def active() -> bool:
@@ -64,21 +72,11 @@ def active() -> bool:
 def products() -> Iterator[None]:
     """Inside: `matmul.linear`'s float32 CPU products that take gradients run in bfloat16."""
     global _active
-    _raise_product_cache()
     before, _active = _active, True
     try:
         yield
     finally:
         _active = before
-
-
-def _raise_product_cache() -> None:
-    # oneDNN and ideep read these at the process's first oneDNN product; where one has run
-    # before (float32 products take oneDNN on some CPUs), the smaller cache stays: slower, not
-    # wrong.
-    for name in CACHE_SETTINGS:
-        if name not in USER_SET:
-            os.environ[name] = str(CACHED_PRODUCTS)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -97,7 +97,7 @@ class Trainer:
         self.processes = processes or distributed.Processes()
         self.config = resolve_config(config, data)
         if device.type == "cpu" and self.config.train.precision == "bf16":
-            bf16.check_supported()  # before an hour of emulated products, slower than float32
+            bf16.prepare()  # before an hour of emulated products, slower than float32
         self.processes.on_main(lambda: write_run_folder(run_dir, self.config, data, resume))
         if self.config.train.threads:
             torch.set_num_threads(self.config.train.threads)
