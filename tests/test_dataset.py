@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import logging
+import os
 import random
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -331,3 +335,32 @@ def test_prepare_deletes_the_folders_a_killed_prepare_of_the_same_out_left(tmp_p
         (folder / "meta.json").write_text("{}")
     run_prepare(splits, tmp_path / "prep")
     assert [folder.exists() for folder in leftovers + others] == [False, False, True, True]
+
+
+def test_a_second_prepare_of_the_same_out_waits_for_the_first_and_takes_its_dataset(
+    tmp_path, splits, caplog
+):
+    """Two prepares of one output at once (two demos started together): the second must not
+    delete the first's half-built folder as a killed prepare's leftover, nor build it again; it
+    waits for the first, then loads what the first made."""
+    staged = run_prepare(splits, tmp_path / "staged")  # what the first will put in place
+    (staged.path / "made-by-the-first").write_text("")
+    out, half_built = tmp_path / "prep", tmp_path / ".prep.tmp-first"
+    half_built.mkdir()
+    first = os.open(tmp_path / ".prep.lock", os.O_RDWR | os.O_CREAT)  # the first, mid-build
+    fcntl.flock(first, fcntl.LOCK_EX)
+    with caplog.at_level(logging.INFO), ThreadPoolExecutor(1) as pool:
+        second = pool.submit(run_prepare, splits, out)
+        deadline = time.monotonic() + 30
+        while "waiting for another prepare of" not in caplog.text:
+            assert time.monotonic() < deadline and not second.done(), second.exception()
+            time.sleep(0.01)
+        assert half_built.is_dir() and not out.exists()
+        os.replace(staged.path, out)  # the first finishes
+        half_built.rmdir()
+        (tmp_path / ".prep.lock").unlink()  # as a turn ends: the waiter's file is gone
+        os.close(first)
+        data = second.result(timeout=30)
+    assert (out / "made-by-the-first").is_file()
+    assert not (tmp_path / ".prep.lock").exists()  # the second's turn ended too
+    assert data.meta["fingerprint"] == staged.meta["fingerprint"]

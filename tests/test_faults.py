@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import transduce.training.files as files
+import transduce.files as files
 from transduce.cli import main
 from transduce.cli import train as train_verbs
 from transduce.config import Config, override, parse_assignments

@@ -4,9 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from transduce import files
 from transduce.config import Config, override
 from transduce.tasks.translation import scoring
-from transduce.training import files
 from transduce.training.runlog import (
     WRITE_PROBE,
     RunFolderError,
@@ -206,3 +206,60 @@ def test_a_folder_on_a_filesystem_without_locks_is_still_trained_into_and_that_i
     assert "cannot be locked" in caplog.text and "second writer" in caplog.text
     claim.release()
     claim.release()  # twice is harmless
+
+
+def test_a_turn_whose_lock_cannot_be_made_or_taken_goes_on_unguarded_and_says_so(
+    tmp_path, monkeypatch, caplog
+):
+    """`prepare` into a folder beside which nothing can be written, or on a mount without locks,
+    still runs (its own writes fail with their own message where they must)."""
+    import errno
+
+    done = []
+    with files.waiting_turn(tmp_path / "missing" / ".data.lock", "prepare of data"):
+        done.append("without the file")
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(files.fcntl, "flock", no_locks)
+    with files.waiting_turn(tmp_path / ".data.lock", "prepare of data"):
+        done.append("without the lock")
+    assert done == ["without the file", "without the lock"]
+    assert caplog.text.count("cannot be made or locked") == 2
+    assert caplog.text.count("a second prepare of data is not kept out") == 2
+    assert "No such file" in caplog.text and "No locks available" in caplog.text
+
+
+def test_a_turn_waited_for_on_a_lock_file_its_holder_deleted_waits_for_the_new_holder(tmp_path):
+    """A holder deletes the lock file as its turn ends; a third process may have made and locked
+    a new one before the waiter wakes on the deleted file. The waiter must see that the name no
+    longer points at its file, and wait for the new holder: two turns at once otherwise."""
+    import fcntl
+    import os
+    import threading
+
+    lock = tmp_path / ".data.lock"
+    first = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(first, fcntl.LOCK_EX)
+    inside, leave = threading.Event(), threading.Event()
+
+    def waiter():
+        with files.waiting_turn(lock, "prepare of data"):
+            inside.set()
+            leave.wait(30)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.2)  # the waiter opens the first file and blocks on it
+    lock.unlink()
+    third = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(third, fcntl.LOCK_EX)
+    os.close(first)  # the first's turn ends
+    assert not inside.wait(0.5), "the waiter took its turn while the third held the lock file"
+    lock.unlink()
+    os.close(third)
+    assert inside.wait(30)
+    leave.set()
+    thread.join(30)
+    assert not lock.exists()

@@ -31,6 +31,7 @@ import numpy as np
 import sentencepiece
 
 from ..config import TaskConfig
+from ..files import waiting_turn
 from .bpe import Vocab, train_joint
 from .corpus import DataError, LengthFilter, ParallelText, filter_pairs, read_parallel
 
@@ -162,7 +163,8 @@ def prepare(
 
     `splits` maps names ("train" required, e.g. "dev", "test") to (src file, tgt file), as
     `corpus.corpus_files` returns. Reuses `out` when it was prepared from the same file contents
-    and options, unless `force`. Writes go to a temporary folder that is renamed at the end.
+    and options, unless `force`. Writes go to a temporary folder that is renamed at the end;
+    a second prepare of the same `out` in another process waits for the first to finish.
     `task` (default: translation scored by sacreBLEU's defaults) is recorded for training.
     `whole_tokens` stay one subword each (bpe.train_joint); `extra_files` are copied into the
     folder under the given names (e.g. the gold trees a parsing task scores against).
@@ -180,11 +182,33 @@ def prepare(
     } | _optional_inputs(whole_tokens, extras)
     fingerprint = _fingerprint(splits, options)
     if not force and _stored_fingerprint(out) == fingerprint:
-        logger.info("%s is prepared from the same inputs and options; loading it", out)
-        return PreparedData.load(out)
+        return _reuse(out)
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(out)
+    # One prepare of `out` at a time: a second would delete the first's half-built folder as a
+    # killed prepare's leftover. It waits, and then finds the first's dataset.
+    with waiting_turn(out.parent / f".{out.name}.lock", f"prepare of {out}"):
+        if not force and _stored_fingerprint(out) == fingerprint:
+            return _reuse(out)
+        _remove_leftovers(out)
+        _build_in_place(splits, out, options, fingerprint, length_filter, extras)
+    return PreparedData.load(out)
+
+
+def _reuse(out: Path) -> PreparedData:
+    logger.info("%s is prepared from the same inputs and options; loading it", out)
+    return PreparedData.load(out)
+
+
+def _build_in_place(
+    splits: dict[str, tuple[Path, Path]],
+    out: Path,
+    options: dict,
+    fingerprint: str,
+    length_filter: LengthFilter,
+    extras: dict[str, Path],
+) -> None:
+    """Build the dataset in a temporary folder beside `out`, then put it in `out`'s place."""
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is not
     try:
@@ -202,7 +226,6 @@ def prepare(
         meta["vocab_size_actual"],
         meta["filter_report"],
     )
-    return PreparedData.load(out)
 
 
 def _optional_inputs(whole_tokens: Sequence[str], extras: dict[str, Path]) -> dict:

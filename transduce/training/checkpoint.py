@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from ..config import TrainConfig
-from .files import atomic_write, remove_leftovers
+from ..files import atomic_write, remove_leftovers
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..data.dataset import PreparedData
-from .files import FolderBusy, FolderClaim, atomic_write, remove_leftovers
+from ..files import FolderBusy, FolderClaim, atomic_write, remove_leftovers
 from .step import TrainingError
 
 logger = logging.getLogger(__name__)

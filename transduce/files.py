@@ -2,7 +2,8 @@
 dot-prefixed temporary name, then renamed over it, so a reader sees the old file or the new one,
 never a part. A kill between the two leaves the temporary file; `remove_leftovers` deletes such
 files when their folder is next opened (each can be as large as a checkpoint). That is safe only
-while one process writes the folder: `FolderClaim` makes sure of it."""
+while one process writes the folder: `FolderClaim` makes sure of it for a run folder, and
+`waiting_turn` for work that builds its folder beside it (a prepared dataset)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 try:
@@ -83,6 +86,60 @@ class FolderClaim:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+@contextmanager
+def waiting_turn(lock_file: Path, work: str) -> Iterator[None]:
+    """Inside: no other process is inside a `waiting_turn` of the same `lock_file`; one that is
+    first is waited for (saying so), not refused, so a second `prepare` of a dataset finds the
+    first's result instead of deleting its half-built folder. The lock file is there only while
+    a turn lasts: its holder deletes it before letting go, and a process that was waiting on the
+    deleted file goes on to the file made after it. An advisory lock, as FolderClaim's: a killed
+    holder lets go (its file stays, and is taken by the next). Where the file cannot be made or
+    locked (a read-only folder, some network mounts) the work goes on unguarded."""
+    try:
+        fd = _take_turn(lock_file, work)
+    except OSError as error:
+        log.warning("%s cannot be made or locked (%s): a second %s is not kept out",
+                    lock_file, error, work)  # fmt: skip
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock_file.unlink(missing_ok=True)  # while still held: no one else holds a deleted file
+        os.close(fd)  # drops the lock
+
+
+def _take_turn(lock_file: Path, work: str) -> int:
+    """A descriptor of `lock_file`, locked; waits while another process holds the file."""
+    said = False
+    while True:
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if not said:
+                        log.info("waiting for another %s to finish (it holds %s)", work, lock_file)
+                        said = True
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+            if _names(fd, lock_file):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # its holder deleted it while this one waited: take the new one
+
+
+def _names(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file open as `fd`."""
+    try:
+        named, opened = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def _fsync_dir(directory: Path) -> None:
