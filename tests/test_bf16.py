@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transduce.config import ConfigError
+from transduce.config import ConfigError, RnnConfig, TransformerConfig
 from transduce.data.dataset import PreparedData
 from transduce.models import bf16, matmul
 from transduce.training.loop import Trainer
@@ -96,9 +96,34 @@ def test_the_trainer_refuses_bf16_on_a_cpu_without_amx(toy_data, tmp_path, monke
     assert not (tmp_path / "run").exists()  # refused before the run folder was made
 
 
-@pytest.mark.parametrize("precision", ["bf16", "auto", "fp32"])
+@pytest.mark.parametrize(
+    "precision, model, taken",
+    [
+        ("auto", TransformerConfig(d_model=256), True),  # `small` and wider, on AMX
+        ("auto", TransformerConfig(d_model=1024), True),
+        ("auto", TransformerConfig(d_model=128), False),  # `tiny`: least gain, more memory
+        ("auto", RnnConfig(d_model=1000), False),  # not measured: the recurrent cells stay
+        ("fp32", TransformerConfig(d_model=512), False),
+        ("bf16", TransformerConfig(d_model=128), True),
+        ("bf16", RnnConfig(d_model=1000), True),
+    ],
+)
+def test_auto_takes_bfloat16_for_a_transformer_as_wide_as_small_on_a_cpu_with_amx(
+    precision, model, taken, monkeypatch
+):
+    monkeypatch.setattr(bf16, "supported", lambda: True)
+    assert bf16.chosen(precision, torch.device("cpu"), model) == taken
+    assert not bf16.chosen(precision, torch.device("cuda"), model)  # autocast's, there
+    monkeypatch.setattr(bf16, "supported", lambda: False)
+    assert bf16.chosen(precision, torch.device("cpu"), model) == (precision == "bf16")  # refused
+
+
+@pytest.mark.parametrize(
+    "precision, width, taken", [("bf16", 32, True), ("auto", 32, False), ("auto", 256, True),
+                                ("fp32", 256, False)]
+)  # fmt: skip
 def test_the_trainer_updates_through_bf16_products_only_when_asked(
-    precision, toy_data, tmp_path, monkeypatch
+    precision, width, taken, toy_data, tmp_path, monkeypatch
 ):
     calls = []
     products = bf16.linear
@@ -106,7 +131,7 @@ def test_the_trainer_updates_through_bf16_products_only_when_asked(
     for name in bf16.CACHE_SETTINGS:  # restored after the test, as `prepare` changes them
         monkeypatch.setenv(name, os.environ.get(name, "8"))
     monkeypatch.setattr(bf16, "linear", lambda *a: calls.append(a[0].shape) or products(*a))
-    config = toy_config(**{"train.precision": precision})
+    config = toy_config(**{"train.precision": precision, "model.d_model": width})
     trainer = Trainer(config, PreparedData.load(toy_data), tmp_path, False, torch.device("cpu"))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     batch = next(iter(trainer.epochs.batches(0)))
@@ -114,4 +139,4 @@ def test_the_trainer_updates_through_bf16_products_only_when_asked(
     assert result.tgt_tokens > 0
     moved = [not torch.equal(p, q) for p, q in zip(trainer.model.parameters(), before, strict=True)]
     assert all(moved)  # every parameter, the bf16 layers' weights and biases too, was updated
-    assert bool(calls) == (precision == "bf16")
+    assert bool(calls) == taken

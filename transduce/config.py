@@ -189,7 +189,7 @@ class TrainConfig:
     keep_last: int = 5  # checkpoints kept besides the best; the paper averages the last 5 / 20
     average_last: int = 5  # how many of the last, after warmup, make the final `average.pt`
     seed: int = 1
-    precision: str = "auto"  # one of PRECISIONS
+    precision: str = "auto"  # PRECISIONS; auto: bf16 on a GPU or an AMX CPU (models/bf16.py)
     threads: int = 0  # CPU threads; 0 = torch's default
     # torch.compile the layers and the loss for training (training/compiled.py): "auto" on a GPU
     # only, "on" on any device, or "off"

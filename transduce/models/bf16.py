@@ -30,10 +30,14 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..config import ConfigError
+from ..config import ConfigError, TransformerConfig
 
 PAD_ROWS = 128
 CACHED_PRODUCTS = 64
+# `train.precision=auto` takes this route for a Transformer at least this wide, on a CPU with
+# AMX: `small` (256) and up gained 1.3-1.9x an update at the same quality; `tiny` (128) gained
+# least (1.18x, one round of three level) for more memory (benchmarks/SPEED.md, sessions 46-47).
+AUTO_MIN_D_MODEL = 256
 CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 # Those the user set, left as they are; read on import, before `matmul` (which imports this
 # module first) sets its own defaults.
@@ -46,6 +50,17 @@ def supported() -> bool:
     """Whether this CPU multiplies bfloat16 in AMX tiles (elsewhere it is emulated, slower than
     float32)."""
     return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+
+
+def chosen(precision: str, device: torch.device, model: object) -> bool:
+    """Whether training `model` (its config) on `device` takes this route: asked for with
+    `bf16`, or `auto` for a Transformer of AUTO_MIN_D_MODEL or more on a CPU with AMX."""
+    if device.type != "cpu" or precision == "fp32":
+        return False
+    if precision == "bf16":
+        return True
+    wide = isinstance(model, TransformerConfig) and model.d_model >= AUTO_MIN_D_MODEL
+    return wide and supported()
 
 
 def prepare() -> None:

@@ -96,7 +96,8 @@ class Trainer:
         self.data, self.run_dir, self.device = data, run_dir, device
         self.processes = processes or distributed.Processes()
         self.config = resolve_config(config, data)
-        if device.type == "cpu" and self.config.train.precision == "bf16":
+        self.cpu_bf16 = bf16.chosen(self.config.train.precision, device, self.config.model)
+        if self.cpu_bf16:
             bf16.prepare()  # before an hour of emulated products, slower than float32
         self.processes.on_main(lambda: write_run_folder(run_dir, self.config, data, resume))
         if self.config.train.threads:
@@ -119,9 +120,10 @@ class Trainer:
             self._restore()
         self.log = RunLog(run_dir, self.progress.step if resume else None)
         logger.info(
-            "model: %s parameters; device %s; %d process(es)",
+            "model: %s parameters; device %s%s; %d process(es)",
             f"{count_parameters(self.model):,}",
             device,
+            ", its linear products in bfloat16 (AMX)" if self.cpu_bf16 else "",
             self.processes.world,
         )
 
@@ -297,7 +299,7 @@ class Trainer:
         precision = self.config.train.precision
         if self.device.type == "cuda" and precision in ("auto", "bf16"):
             return torch.autocast("cuda", dtype=torch.bfloat16)
-        if self.device.type == "cpu" and precision == "bf16":
+        if self.cpu_bf16:
             return bf16.products()
         return nullcontext()
 
