@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from transduce.training import checkpoint, files
+from transduce import files
+from transduce.training import checkpoint
 from transduce.training.checkpoint import CheckpointError, CheckpointStore, average, load, save
 from transduce.training.resume import Progress, capture_rng, restore_rng
 
