@@ -113,24 +113,27 @@ def waiting_turn(lock_file: Path, work: str) -> Iterator[None]:
 
 def _take_turn(lock_file: Path, work: str) -> int:
     """A descriptor of `lock_file`, locked; waits while another process holds the file."""
-    said = False
     while True:
         fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            if fcntl is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    if not said:
-                        log.info("waiting for another %s to finish (it holds %s)", work, lock_file)
-                        said = True
-                    fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock(fd, lock_file, work)
             if _names(fd, lock_file):
                 return fd
         except BaseException:
             os.close(fd)
             raise
         os.close(fd)  # its holder deleted it while this one waited: take the new one
+
+
+def _lock(fd: int, lock_file: Path, work: str) -> None:
+    """Lock `fd` exclusively, waiting (and saying so) while another process holds it."""
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.info("waiting for another %s to finish (it holds %s)", work, lock_file)
+        fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def _names(fd: int, path: Path) -> bool:

@@ -188,7 +188,7 @@ def prepare(
     # One prepare of `out` at a time: a second would delete the first's half-built folder as a
     # killed prepare's leftover. It waits, and then finds the first's dataset.
     with waiting_turn(out.parent / f".{out.name}.lock", f"prepare of {out}"):
-        if not force and _stored_fingerprint(out) == fingerprint:
+        if not force and _stored_fingerprint(out) == fingerprint:  # made while this one waited
             return _reuse(out)
         _remove_leftovers(out)
         _build_in_place(splits, out, options, fingerprint, length_filter, extras)
