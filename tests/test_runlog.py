@@ -226,6 +226,7 @@ def test_a_turn_whose_lock_cannot_be_made_or_taken_goes_on_unguarded_and_says_so
     with files.waiting_turn(tmp_path / ".data.lock", "prepare of data"):
         done.append("without the lock")
     assert done == ["without the file", "without the lock"]
+    assert not (tmp_path / ".data.lock").exists()  # no leftover beside the data
     assert caplog.text.count("cannot be made or locked") == 2
     assert caplog.text.count("a second prepare of data is not kept out") == 2
     assert "No such file" in caplog.text and "No locks available" in caplog.text

@@ -119,6 +119,11 @@ def _take_turn(lock_file: Path, work: str) -> int:
             _lock(fd, lock_file, work)
             if _names(fd, lock_file):
                 return fd
+        except OSError:
+            # no lock on this mount: no process can hold the file, so none is waiting on it
+            lock_file.unlink(missing_ok=True)
+            os.close(fd)
+            raise
         except BaseException:
             os.close(fd)
             raise
