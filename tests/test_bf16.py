@@ -78,14 +78,38 @@ def test_the_context_is_left_on_an_error_and_restores_an_outer_one():
         assert bf16.active()
 
 
-def test_the_product_cache_is_raised_unless_the_user_set_it(monkeypatch):
+@pytest.mark.parametrize(
+    "model, entries",
+    [
+        (TransformerConfig(d_model=256), 64),  # `small`: 64 entries worth 1.1-1.2x an update
+        (TransformerConfig(d_model=512), 8),  # `base`: 64 held ~1 GB more, at no gain
+        (TransformerConfig(d_model=1024), 8),
+        (RnnConfig(d_model=1000), 8),
+    ],
+)
+def test_the_product_cache_is_sized_to_the_model_unless_the_user_set_it(
+    model, entries, monkeypatch
+):
     first, second = bf16.CACHE_SETTINGS
-    monkeypatch.setenv(first, "8")
+    monkeypatch.setenv(first, "5")
     monkeypatch.setenv(second, "3")
     monkeypatch.setattr(bf16, "USER_SET", frozenset({second}))
     monkeypatch.setattr(bf16, "supported", lambda: True)
-    bf16.prepare()
-    assert os.environ[first] == str(bf16.CACHED_PRODUCTS) and os.environ[second] == "3"
+    bf16.prepare(model)
+    assert os.environ[first] == str(entries) and os.environ[second] == "3"
+
+
+@pytest.mark.parametrize("width, entries", [(32, "64"), (512, "8")])
+def test_the_trainer_sizes_the_product_cache_to_its_model(
+    width, entries, toy_data, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(bf16, "supported", lambda: True)
+    monkeypatch.setattr(bf16, "USER_SET", frozenset())
+    for name in bf16.CACHE_SETTINGS:  # restored after the test, as `prepare` changes them
+        monkeypatch.setenv(name, "5")
+    config = toy_config(**{"train.precision": "bf16", "model.d_model": width})
+    Trainer(config, PreparedData.load(toy_data), tmp_path, False, torch.device("cpu"))
+    assert [os.environ[name] for name in bf16.CACHE_SETTINGS] == [entries, entries]
 
 
 def test_the_trainer_refuses_bf16_on_a_cpu_without_amx(toy_data, tmp_path, monkeypatch):

@@ -16,7 +16,10 @@ and a bfloat16 product compiled afresh costs more than it saves (1,000 x 256 x 2
 call, against 0.24 ms from the cache). So the rows are padded with zeros to a multiple of
 `PAD_ROWS`, which makes training's row counts a handful, and the cache is raised to
 `CACHED_PRODUCTS` entries, enough for an update's products, by `prepare` (the Trainer's, once).
-Zero rows add nothing to the weight's gradient, and their outputs are dropped.
+Zero rows add nothing to the weight's gradient, and their outputs are dropped. A cached product
+holds memory that grows with its shapes, while a miss costs a few milliseconds whatever the
+shapes: from `WIDE_D_MODEL` on, the products are long enough that the float32 route's smaller
+cache loses nothing, and it is kept (`cached_products`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from ..config import ConfigError, TransformerConfig
 
 PAD_ROWS = 128
 CACHED_PRODUCTS = 64
+# At `base` (4,096-token batches) 64 entries held ~1 GB more than 8, and 8 were as fast; at
+# `small` 64 were worth 1.10-1.17x an update for ~70 MiB (benchmarks/SPEED.md, sessions 47-48).
+WIDE_D_MODEL = 512
+WIDE_CACHED_PRODUCTS = 8
 # `train.precision=auto` takes this route for a Transformer at least this wide, on a CPU with
 # AMX: `small` (256) and up gained 1.3-1.9x an update at the same quality; `tiny` (128) gained
 # least (1.18x, one round of three level) for more memory (benchmarks/SPEED.md, sessions 46-47).
@@ -63,8 +70,15 @@ def chosen(precision: str, device: torch.device, model: object) -> bool:
     return wide and supported()
 
 
-def prepare() -> None:
-    """Before training takes this route: refuse a CPU without AMX, and raise the product cache.
+def cached_products(model: object) -> int:
+    """The product caches' entries for training `model` (its config) on this route."""
+    wide = getattr(model, "d_model", 0) >= WIDE_D_MODEL
+    return WIDE_CACHED_PRODUCTS if wide else CACHED_PRODUCTS
+
+
+def prepare(model: object) -> None:
+    """Before training `model` (its config) takes this route: refuse a CPU without AMX, and size
+    the product caches (`cached_products`).
 
     oneDNN and ideep read the cache settings at the process's first oneDNN product; where one
     has run before (float32 products take oneDNN on some CPUs), the smaller cache stays: slower,
@@ -74,9 +88,10 @@ def prepare() -> None:
             "train.precision=bf16 on a CPU needs AMX (Intel Xeon of the 4th generation or later);"
             " this CPU would emulate bfloat16 products, slower than float32: leave it at auto"
         )
+    entries = str(cached_products(model))
     for name in CACHE_SETTINGS:
         if name not in USER_SET:
-            os.environ[name] = str(CACHED_PRODUCTS)
+            os.environ[name] = entries
 
 
 def active() -> bool:

@@ -98,7 +98,7 @@ class Trainer:
         self.config = resolve_config(config, data)
         self.cpu_bf16 = bf16.chosen(self.config.train.precision, device, self.config.model)
         if self.cpu_bf16:
-            bf16.prepare()  # before an hour of emulated products, slower than float32
+            bf16.prepare(self.config.model)  # before an hour of emulated, slower products
         self.processes.on_main(lambda: write_run_folder(run_dir, self.config, data, resume))
         if self.config.train.threads:
             torch.set_num_threads(self.config.train.threads)
