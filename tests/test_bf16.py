@@ -164,3 +164,66 @@ def test_the_trainer_updates_through_bf16_products_only_when_asked(
     moved = [not torch.equal(p, q) for p, q in zip(trainer.model.parameters(), before, strict=True)]
     assert all(moved)  # every parameter, the bf16 layers' weights and biases too, was updated
     assert bool(calls) == taken
+
+
+@pytest.mark.parametrize("rows", [1, 37, bf16.PAD_ROWS + 5])
+def test_the_loss_projections_products_are_those_of_the_rounded_inputs(rows):
+    torch.manual_seed(rows)
+    hidden, weight, grad = torch.randn(rows, 32), torch.randn(300, 32), torch.randn(rows, 300)
+    projection = bf16.Projection(weight)
+    logits = projection.logits(hidden)
+    grad_hidden, grad_weight = projection.gradients(grad, hidden, (True, True))
+    assert logits.dtype == grad_hidden.dtype == grad_weight.dtype == torch.float32
+    assert (logits.shape, grad_hidden.shape, grad_weight.shape) == (grad.shape, hidden.shape,
+                                                                    weight.shape)  # fmt: skip
+    close = {"rtol": 2**-7, "atol": 0.05}
+    h, w, g = _rounded(hidden), _rounded(weight), _rounded(grad)
+    torch.testing.assert_close(logits.double(), h @ w.T, **close)
+    torch.testing.assert_close(grad_hidden.double(), g @ w, **close)
+    torch.testing.assert_close(grad_weight.double(), g.T @ h, **close)  # padding adds nothing
+    assert not torch.equal(logits, hidden @ weight.T)  # not float32's own products
+    assert projection.gradients(grad, hidden, (False, True))[0] is None
+    assert projection.gradients(grad, hidden, (True, False))[1] is None
+
+
+def test_the_loss_projects_in_bfloat16_when_training_on_the_route_and_in_float32_otherwise(
+    monkeypatch,
+):
+    """Inside `bf16.products` the training loss's chunks take `bf16.Projection` (its sums and
+    gradients within bfloat16's rounding of float32's); validation's sums stay float32, exact."""
+    import transduce.training.loss as loss_module
+
+    v, d = 300, 32
+    monkeypatch.setattr(loss_module, "CHUNK_LOGITS", 130 * v)  # bf16's chunks: whole 128s
+    made, chunks = [], []
+
+    class Projection(bf16.Projection):
+        def __init__(self, weight):
+            made.append(weight)
+            super().__init__(weight)
+
+        def logits(self, hidden):
+            chunks.append(hidden.size(0))
+            return super().logits(hidden)
+
+    monkeypatch.setattr(bf16, "Projection", Projection)
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(4, 40, d, generator=g, requires_grad=True)
+    weight = (0.2 * torch.randn(v, d, generator=g)).requires_grad_()  # logits of a few nats
+    target = torch.randint(3, v, (4, 40), generator=g)
+    target[0, 30:] = 0  # 150 scored rows
+    exact = loss_module.projected_label_smoothed_loss(hidden, weight, target, 0.1, 0)
+    expected = torch.autograd.grad(exact.loss, [hidden, weight])
+    with bf16.products():
+        low = loss_module.projected_label_smoothed_loss(hidden, weight, target, 0.1, 0)
+        got = torch.autograd.grad(low.loss, [hidden, weight])
+        with torch.no_grad():
+            valid = loss_module.projected_label_smoothed_loss(hidden, weight, target, 0.1, 0)
+    assert len(made) == 1  # one cast of the weight for the update's chunks, none to validate
+    assert chunks == [128, 22]
+    assert torch.equal(valid.loss, exact.loss) and torch.equal(valid.nll, exact.nll)
+    assert low.loss.item() == pytest.approx(exact.loss.item(), rel=1e-2)
+    assert low.loss.item() != exact.loss.item()
+    for mine, theirs in zip(got, expected, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0.02 * theirs.abs().max().item())
+    assert (got[0][target == 0] == 0).all()  # padding rows get no gradient

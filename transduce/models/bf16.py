@@ -3,12 +3,11 @@
 Intel's Xeons from the 4th generation (Sapphire Rapids) on multiply bfloat16 matrices in AMX
 tiles, 3-10x faster than float32 at training's shapes on 2 cores (oneDNN, called by PyTorch for
 bfloat16 products; benchmarks/SPEED.md, session 46). Here only the linear layers' products of
-training take that route, forward and backward: the weights, the optimiser, layer norms,
-softmaxes, residual sums and the loss stay float32, as under autocast on a GPU (the loss's
-product over the vocabulary stays float32 too: casting the 10,000 x d output weight for each of
-its chunks cost more than the product gained). Each product's inputs are rounded to bfloat16
-and its sums kept in float32 by the hardware; the output is rounded to bfloat16 on the way out
-and raised back to float32.
+training take that route, forward and backward, and the loss's products with the output weight
+(`Projection`, the output weight cast once an update for all the loss's chunks): the weights,
+the optimiser, layer norms, softmaxes, residual sums and the loss's sums stay float32, as under
+autocast on a GPU. Each product's inputs are rounded to bfloat16 and its sums kept in float32 by
+the hardware; the output is rounded to bfloat16 on the way out and raised back to float32.
 
 oneDNN compiles a product for each shape it meets and keeps a few in a cache
 (`matmul.CACHED_PRODUCTS`). Token-bucketed batches bring a new row count at nearly every update,
@@ -145,3 +144,27 @@ class _Bf16Linear(torch.autograd.Function):
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = grad.sum(0)
         return grad_x, grad_w, grad_b
+
+
+class Projection:
+    """The three products of the loss with the output weight W (V, d), chunk by chunk
+    (`training.loss`): the logits h W^T and the loss's gradients g W (for h) and g^T h (for W),
+    in bfloat16. W is cast once for every chunk of an update; a chunk's rows are padded as
+    `linear`'s, alike in g and h, so the last chunk's odd row count does not compile new products
+    each update (the zero rows add nothing to g^T h)."""
+
+    def __init__(self, weight: Tensor) -> None:
+        self.weight_low = weight.to(torch.bfloat16)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return torch.mm(_padded(hidden), self.weight_low.t())[: hidden.size(0)].float()
+
+    def gradients(self, grad: Tensor, hidden: Tensor, wanted: tuple) -> tuple:
+        """(dL/dh, dL/dW) of a chunk whose logits' gradient is `grad`, each where `wanted`."""
+        grad_low = _padded(grad)
+        grad_hidden = grad_weight = None
+        if wanted[0]:
+            grad_hidden = torch.mm(grad_low, self.weight_low)[: hidden.size(0)].float()
+        if wanted[1]:
+            grad_weight = torch.mm(grad_low.t(), _padded(hidden)).float()
+        return grad_hidden, grad_weight

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..models import bf16
 from ..models.matmul import linear
 
 
@@ -109,11 +110,12 @@ def projected_label_smoothed_loss(
     q')^T hidden are summed chunk by chunk and the logits are dropped. The same products as the
     plain path, in chunks of one size whatever the batch, so the allocator reuses its blocks.
 
-    Float32 on the CPU. A GPU (or half-precision `hidden`) training through the compiled code
-    (`fused`) takes `_chunked_compiled`: chunks of `COMPILED_CHUNK_LOGITS`, padding rows kept, each
-    chunk's sums and gradient one compiled function. Otherwise the plain path: chunks sized for a
-    CPU's caches were a few hundred kernel launches an update on a GPU, and at the paper's
-    vocabulary of 37,000 they took 66 ms of `base`'s 210 ms update (benchmarks/SPEED.md, GPU).
+    Float32 on the CPU, training's products in bfloat16 on the route of `models/bf16.py`. A GPU
+    (or half-precision `hidden`) training through the compiled code (`fused`) takes
+    `_chunked_compiled`: chunks of `COMPILED_CHUNK_LOGITS`, padding rows kept, each chunk's sums
+    and gradient one compiled function. Otherwise the plain path: chunks sized for a CPU's caches
+    were a few hundred kernel launches an update on a GPU, and at the paper's vocabulary of
+    37,000 they took 66 ms of `base`'s 210 ms update (benchmarks/SPEED.md, GPU).
     """
     on_cpu = hidden.device.type == "cpu"
     training = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
@@ -150,11 +152,16 @@ def _chunked(
     grad_kept = torch.empty_like(kept_hidden) if wanted[0] else None
     grad_weight = torch.zeros_like(weight) if wanted[1] else None
     loss, nll_sum = hidden.new_zeros(()), hidden.new_zeros(())
+    # training's products in bfloat16 where the Trainer takes that route; validation's float32
+    low = any(wanted) and bf16.active()
+    projection = bf16.Projection(weight) if low else _Float32Projection(weight)
     vocab_size = weight.size(0)
     rows = max(1, CHUNK_LOGITS // vocab_size)
+    if low:  # chunks of whole PAD_ROWS: only the last is padded for bfloat16's products
+        rows = max(bf16.PAD_ROWS, rows - rows % bf16.PAD_ROWS)
     for start in range(0, kept_hidden.size(0), rows):
         h, y = kept_hidden[start : start + rows], kept_target[start : start + rows].unsqueeze(-1)
-        logits = linear(h, weight)  # (r, V)
+        logits = projection.logits(h)  # (r, V)
         top, mean, at_target = logits.amax(-1, True), logits.mean(-1, True), logits.gather(-1, y)
         # written over the logits (torch.softmax takes no out=; its kernel reads a row whole
         # before writing it, and the tests compare against the plain log_softmax path)
@@ -169,17 +176,33 @@ def _chunked(
             # p - q': the softmax, less eps / V everywhere and (1 - eps) more at the target
             grad = probs.sub_(eps / vocab_size)
             grad.scatter_add_(-1, y, grad.new_full(y.shape, eps - 1.0))
+            grad_h, grad_w = projection.gradients(grad, h, wanted)  # (r, d), (V, d)
             if grad_kept is not None:
-                grad_kept[start : start + rows] = linear(grad, weight.t())  # (r, d)
+                grad_kept[start : start + rows] = grad_h
             if grad_weight is not None:
-                grad_weight += linear(h.t(), grad.t()).t()  # (d, V) -> (V, d)
-            del grad
+                grad_weight += grad_w
+            del grad, grad_h, grad_w
         # freed before the next chunk's logits are made: one (r, V) buffer at any time
         del probs
     grad_hidden = None
     if grad_kept is not None:
         grad_hidden = torch.zeros_like(hidden).index_copy_(0, scored, grad_kept)
     return loss, nll_sum, grad_hidden, grad_weight
+
+
+class _Float32Projection:
+    """`bf16.Projection`'s three products in float32 (through `matmul.linear`)."""
+
+    def __init__(self, weight: Tensor) -> None:
+        self.weight = weight
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return linear(hidden, self.weight)
+
+    def gradients(self, grad: Tensor, hidden: Tensor, wanted: tuple) -> tuple:
+        grad_hidden = linear(grad, self.weight.t()) if wanted[0] else None
+        grad_weight = linear(hidden.t(), grad.t()).t() if wanted[1] else None  # (d, V) -> (V, d)
+        return grad_hidden, grad_weight
 
 
 # Logits projected at a time by `_chunked_compiled`: 2^27 (256 MiB in bfloat16, ~3,600 rows at
