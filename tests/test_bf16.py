@@ -1,6 +1,7 @@
 """Training's products in bfloat16 on a CPU (`train.precision=bf16`, models/bf16.py): the
-products are those of the rounded inputs, padding rows change nothing, only training's products
-take the route, and the Trainer takes it only when asked and only where AMX is."""
+products (the layers' and the loss's) are those of the rounded inputs, padding rows change
+nothing, only training's products take the route, and the Trainer takes it only when asked and
+only where AMX is."""
 
 import os
 
@@ -155,6 +156,8 @@ def test_the_trainer_updates_through_bf16_products_only_when_asked(
     for name in bf16.CACHE_SETTINGS:  # restored after the test, as `prepare` changes them
         monkeypatch.setenv(name, os.environ.get(name, "8"))
     monkeypatch.setattr(bf16, "linear", lambda *a: calls.append(a[0].shape) or products(*a))
+    projections, projection = [], bf16.Projection
+    monkeypatch.setattr(bf16, "Projection", lambda w: projections.append(w) or projection(w))
     config = toy_config(**{"train.precision": precision, "model.d_model": width})
     trainer = Trainer(config, PreparedData.load(toy_data), tmp_path, False, torch.device("cpu"))
     before = [p.detach().clone() for p in trainer.model.parameters()]
@@ -164,6 +167,7 @@ def test_the_trainer_updates_through_bf16_products_only_when_asked(
     moved = [not torch.equal(p, q) for p, q in zip(trainer.model.parameters(), before, strict=True)]
     assert all(moved)  # every parameter, the bf16 layers' weights and biases too, was updated
     assert bool(calls) == taken
+    assert len(projections) == taken  # the loss's products too, once an update
 
 
 @pytest.mark.parametrize("rows", [1, 37, bf16.PAD_ROWS + 5])
