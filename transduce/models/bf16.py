@@ -2,10 +2,10 @@
 
 Intel's Xeons from the 4th generation (Sapphire Rapids) on multiply bfloat16 matrices in AMX
 tiles, 3-10x faster than float32 at training's shapes on 2 cores (oneDNN, called by PyTorch for
-bfloat16 products; benchmarks/SPEED.md, session 46). Here only the linear layers' products of
-training take that route, forward and backward, and the loss's products with the output weight
-(`Projection`, the output weight cast once an update for all the loss's chunks): the weights,
-the optimiser, layer norms, softmaxes, residual sums and the loss's sums stay float32, as under
+bfloat16 products; benchmarks/SPEED.md, session 46). Only training's products take that route,
+forward and backward: the linear layers' (`linear`) and the loss's with the output weight
+(`Projection`, that weight cast once an update for all the loss's chunks). The weights, the
+optimiser, layer norms, softmaxes, residual sums and the loss's sums stay float32, as under
 autocast on a GPU. Each product's inputs are rounded to bfloat16 and its sums kept in float32 by
 the hardware; the output is rounded to bfloat16 on the way out and raised back to float32.
 
@@ -17,8 +17,8 @@ call, against 0.24 ms from the cache). So the rows are padded with zeros to a mu
 `CACHED_PRODUCTS` entries, enough for an update's products, by `prepare` (the Trainer's, once).
 Zero rows add nothing to the weight's gradient, and their outputs are dropped. A cached product
 holds memory that grows with its shapes, while a miss costs a few milliseconds whatever the
-shapes: from `WIDE_D_MODEL` on, the products are long enough that the float32 route's smaller
-cache loses nothing, and it is kept (`cached_products`).
+shapes: from `WIDE_D_MODEL` on, the products are long enough that the float32 route's 8 entries
+lose nothing, so the caches stay at 8 there (`cached_products`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ WIDE_D_MODEL = 512
 WIDE_CACHED_PRODUCTS = 8
 # `train.precision=auto` takes this route for a Transformer at least this wide, on a CPU with
 # AMX: `small` (256) and up gained 1.3-1.9x an update at the same quality; `tiny` (128) gained
-# least (1.18x, one round of three level) for more memory (benchmarks/SPEED.md, sessions 46-47).
+# least (1.18x, one round of three level) for more memory (benchmarks/SPEED.md, sessions 46-47);
+# with the loss's products in bfloat16 too, 1.23x (session 48), its quality not yet measured.
 AUTO_MIN_D_MODEL = 256
 CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 # Those the user set, left as they are; read on import, before `matmul` (which imports this
