@@ -120,52 +120,53 @@ def _padded(rows: Tensor) -> Tensor:
     return F.pad(rows.to(torch.bfloat16), (0, 0, 0, extra))
 
 
+def _output(x_low: Tensor, weight_low: Tensor, rows: int) -> Tensor:
+    """x W^T in bfloat16, float32 out, of `x_low` padded (`_padded`) from `rows` rows."""
+    return torch.mm(x_low, weight_low.t())[:rows].float()
+
+
+def _gradients(grad: Tensor, x_low: Tensor, weight_low: Tensor, wanted: tuple) -> tuple:
+    """(dL/dx, dL/dW) of y = x W^T given g = dL/dy, each where `wanted`: g W and g^T x in
+    bfloat16, float32 out, g's rows padded as `x_low`'s (its zero rows add nothing to g^T x)."""
+    grad_low = _padded(grad)
+    grad_x = torch.mm(grad_low, weight_low)[: grad.size(0)].float() if wanted[0] else None
+    grad_w = torch.mm(grad_low.t(), x_low).float() if wanted[1] else None
+    return grad_x, grad_w
+
+
 class _Bf16Linear(torch.autograd.Function):
-    """y = x W^T + b; backward dL/dx = g W and dL/dW = g^T x, the three products in bfloat16 on
-    rows padded alike (the padding rows of g are zero, so they add nothing to dL/dW)."""
+    """y = x W^T + b; backward dL/dx = g W and dL/dW = g^T x, the three products in bfloat16."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         x_low, weight_low = _padded(x), weight.to(torch.bfloat16)
         ctx.save_for_backward(x_low, weight_low)
-        ctx.rows, ctx.has_bias = x.size(0), bias is not None
-        out = torch.mm(x_low, weight_low.t())[: x.size(0)].float()
+        ctx.has_bias = bias is not None
+        out = _output(x_low, weight_low, x.size(0))
         return out if bias is None else out.add_(bias)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor):
         x_low, weight_low = ctx.saved_tensors
-        grad_low = _padded(grad)
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_x = torch.mm(grad_low, weight_low)[: ctx.rows].float()
-        if ctx.needs_input_grad[1]:
-            grad_w = torch.mm(grad_low.t(), x_low).float()
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = grad.sum(0)
+        grad_x, grad_w = _gradients(grad, x_low, weight_low, ctx.needs_input_grad[:2])
+        grad_b = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b
 
 
 class Projection:
     """The three products of the loss with the output weight W (V, d), chunk by chunk
     (`training.loss`): the logits h W^T and the loss's gradients g W (for h) and g^T h (for W),
-    in bfloat16. W is cast once for every chunk of an update; a chunk's rows are padded as
-    `linear`'s, alike in g and h, so the last chunk's odd row count does not compile new products
-    each update (the zero rows add nothing to g^T h)."""
+    in bfloat16 as `linear`'s. W is cast once for every chunk of an update; a chunk's rows are
+    padded as `linear`'s, so the last chunk's odd row count does not compile new products each
+    update."""
 
     def __init__(self, weight: Tensor) -> None:
         self.weight_low = weight.to(torch.bfloat16)
 
     def logits(self, hidden: Tensor) -> Tensor:
-        return torch.mm(_padded(hidden), self.weight_low.t())[: hidden.size(0)].float()
+        return _output(_padded(hidden), self.weight_low, hidden.size(0))
 
     def gradients(self, grad: Tensor, hidden: Tensor, wanted: tuple) -> tuple:
         """(dL/dh, dL/dW) of a chunk whose logits' gradient is `grad`, each where `wanted`."""
-        grad_low = _padded(grad)
-        grad_hidden = grad_weight = None
-        if wanted[0]:
-            grad_hidden = torch.mm(grad_low, self.weight_low)[: hidden.size(0)].float()
-        if wanted[1]:
-            grad_weight = torch.mm(grad_low.t(), _padded(hidden)).float()
-        return grad_hidden, grad_weight
+        return _gradients(grad, _padded(hidden), self.weight_low, wanted)
