@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from transduce.config import ConfigError, RnnConfig, TransformerConfig
 from transduce.data.dataset import PreparedData
 from transduce.models import bf16, matmul
+from transduce.models.transformer import FeedForward
 from transduce.training.loop import Trainer
 
 from .conftest import prepared_reverse_task
@@ -25,6 +26,9 @@ def toy_data(tmp_path_factory):
 
 def _rounded(t):
     return t.to(torch.bfloat16).double()
+
+
+feed_forward = bf16.feed_forward
 
 
 @pytest.mark.parametrize("rows", [1, 37, bf16.PAD_ROWS, bf16.PAD_ROWS + 5])
@@ -49,6 +53,70 @@ def test_the_products_are_those_of_the_rounded_inputs_and_padding_adds_nothing(r
     torch.testing.assert_close(bias.grad, grad.sum(0))
     # and not float32's own products, which the tolerance above would also accept
     assert not torch.equal(out, F.linear(x, weight, bias))
+
+
+class _Recorder(torch.nn.Module):
+    """Stands for the FFN's dropout: keeps what it was handed, returns it unchanged."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(x)
+        return x
+
+
+@pytest.mark.parametrize("rows", [1, 37, bf16.PAD_ROWS + 5])
+def test_the_feed_forward_keeps_its_hidden_units_in_bfloat16_and_its_padding_adds_nothing(rows):
+    torch.manual_seed(rows)
+    ffn = FeedForward(48, 96)
+    ffn.dropout = _Recorder()
+    x = torch.randn(2, rows, 48, requires_grad=True)
+    grad = torch.randn(2, rows, 48)
+    with bf16.products():
+        out = ffn(x)
+    out.backward(grad)
+    (hidden,) = ffn.dropout.seen  # between the products: bfloat16, the rows padded
+    assert hidden.dtype == torch.bfloat16
+    assert hidden.shape == (-(-2 * rows // bf16.PAD_ROWS) * bf16.PAD_ROWS, 96)
+    assert out.dtype == x.grad.dtype == torch.float32 and out.shape == x.shape
+    # the reference: each product of rounded inputs, the hidden units rounded once (b1 rounded
+    # and added before), the gradients reaching them rounded as the second product leaves them
+    w1, b1, w2 = (_rounded(t) for t in (ffn.w_1.weight, ffn.w_1.bias, ffn.w_2.weight))
+    xs, g = _rounded(x.reshape(-1, 48)), _rounded(grad.reshape(-1, 48))
+    h = _rounded(xs @ w1.T + b1).relu()
+    grad_h = _rounded(g @ w2) * (h > 0)
+    close = {"rtol": 2**-7, "atol": 0.05}
+    torch.testing.assert_close(out.double().reshape(-1, 48), h @ w2.T + ffn.w_2.bias, **close)
+    torch.testing.assert_close(ffn.w_2.weight.grad.double(), g.T @ h, **close)
+    torch.testing.assert_close(ffn.w_2.bias.grad, grad.reshape(-1, 48).sum(0))
+    torch.testing.assert_close(x.grad.double().reshape(-1, 48), grad_h @ w1, **close)
+    torch.testing.assert_close(ffn.w_1.weight.grad.double(), grad_h.T @ xs, **close)
+    torch.testing.assert_close(ffn.w_1.bias.grad.double(), grad_h.sum(0), **close)
+    assert not torch.equal(out, FeedForward.forward(ffn, x.detach()))  # not float32's
+
+
+def test_the_feed_forward_drops_the_units_float32_would_and_leaves_the_route_when_not_training(
+    monkeypatch,
+):
+    torch.manual_seed(0)
+    ffn = FeedForward(32, 64, relu_dropout=0.5)
+    x = torch.randn(3, 50, 32, requires_grad=True)
+    torch.manual_seed(7)
+    exact = ffn(x)
+    taken = []
+    monkeypatch.setattr(bf16, "feed_forward", lambda *a: taken.append(a) or feed_forward(*a))
+    with bf16.products():
+        torch.manual_seed(7)  # the padded mask's first rows are float32's mask: the same draws
+        low = ffn(x)
+        with torch.no_grad():
+            torch.manual_seed(7)
+            assert torch.equal(ffn(x), exact)  # validation and decoding: float32
+    assert len(taken) == 1
+    torch.testing.assert_close(low, exact, rtol=2**-6, atol=0.05)
+    torch.manual_seed(8)
+    assert (ffn(x) - low).abs().max() > 0.5  # other units dropped: the check above can fail
 
 
 def test_only_training_products_inside_the_context_take_bfloat16():
@@ -158,6 +226,8 @@ def test_the_trainer_updates_through_bf16_products_only_when_asked(
     monkeypatch.setattr(bf16, "linear", lambda *a: calls.append(a[0].shape) or products(*a))
     projections, projection = [], bf16.Projection
     monkeypatch.setattr(bf16, "Projection", lambda w: projections.append(w) or projection(w))
+    ffns = []
+    monkeypatch.setattr(bf16, "feed_forward", lambda *a: ffns.append(a) or feed_forward(*a))
     config = toy_config(**{"train.precision": precision, "model.d_model": width})
     trainer = Trainer(config, PreparedData.load(toy_data), tmp_path, False, torch.device("cpu"))
     before = [p.detach().clone() for p in trainer.model.parameters()]
@@ -168,6 +238,8 @@ def test_the_trainer_updates_through_bf16_products_only_when_asked(
     assert all(moved)  # every parameter, the bf16 layers' weights and biases too, was updated
     assert bool(calls) == taken
     assert len(projections) == taken  # the loss's products too, once an update
+    layers = sum(isinstance(m, FeedForward) for m in trainer.model.modules())
+    assert len(ffns) == (layers if taken else 0) and layers > 0  # every FFN's hidden in bf16
 
 
 @pytest.mark.parametrize("rows", [1, 37, bf16.PAD_ROWS + 5])

@@ -3,11 +3,12 @@
 Intel's Xeons from the 4th generation (Sapphire Rapids) on multiply bfloat16 matrices in AMX
 tiles, 3-10x faster than float32 at training's shapes on 2 cores (oneDNN, called by PyTorch for
 bfloat16 products; benchmarks/SPEED.md, session 46). Only training's products take that route,
-forward and backward: the linear layers' (`linear`) and the loss's with the output weight
-(`Projection`, that weight cast once an update for all the loss's chunks). The weights, the
-optimiser, layer norms, softmaxes, residual sums and the loss's sums stay float32, as under
-autocast on a GPU. Each product's inputs are rounded to bfloat16 and its sums kept in float32 by
-the hardware; the output is rounded to bfloat16 on the way out and raised back to float32.
+forward and backward: the linear layers' (`linear`), the FFN's two (`feed_forward`) and the
+loss's with the output weight (`Projection`, that weight cast once an update for all the loss's
+chunks). The weights, the optimiser, layer norms, softmaxes, residual sums and the loss's sums
+stay float32, as under autocast on a GPU. Each product's inputs are rounded to bfloat16 and its
+sums kept in float32 by the hardware; the output is rounded to bfloat16 on the way out and
+raised back to float32, except between the FFN's two products, whose hidden units stay bfloat16.
 
 oneDNN compiles a product for each shape it meets and keeps a few in a cache
 (`matmul.CACHED_PRODUCTS`). Token-bucketed batches bring a new row count at nearly every update,
@@ -28,8 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from ..config import ConfigError, TransformerConfig
@@ -109,20 +109,39 @@ def products() -> Iterator[None]:
         _active = before
 
 
+def takes(x: Tensor, *parameters: Tensor | None) -> bool:
+    """Whether products of `x` with `parameters` take this route: inside `products`, float32 on
+    the CPU, and a gradient wanted (decoding and validation stay float32)."""
+    wanted = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, *parameters)
+    )
+    return wanted and _active and x.device.type == "cpu" and x.dtype == torch.float32
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """x (M, K) @ weight (N, K)^T + bias, the product in bfloat16, float32 in and out."""
     return _Bf16Linear.apply(x, weight, bias)
 
 
 def _padded(rows: Tensor) -> Tensor:
-    """`rows` in bfloat16 with zero rows added up to a multiple of PAD_ROWS."""
-    extra = -rows.size(0) % PAD_ROWS
-    return F.pad(rows.to(torch.bfloat16), (0, 0, 0, extra))
+    """`rows` in bfloat16 with zero rows added up to a multiple of PAD_ROWS: cast into the padded
+    tensor in one pass, only the added rows zeroed (`F.pad` of the cast was two passes over the
+    rows and a third to zero them)."""
+    count = rows.size(0)
+    extra = -count % PAD_ROWS
+    if extra == 0:
+        return rows.to(torch.bfloat16)
+    low = rows.new_empty((count + extra, rows.size(1)), dtype=torch.bfloat16)
+    low[:count].copy_(rows)
+    low[count:].zero_()
+    return low
 
 
-def _output(x_low: Tensor, weight_low: Tensor, rows: int) -> Tensor:
-    """x W^T in bfloat16, float32 out, of `x_low` padded (`_padded`) from `rows` rows."""
-    return torch.mm(x_low, weight_low.t())[:rows].float()
+def _output(x_low: Tensor, weight_low: Tensor, rows: int, bias: Tensor | None = None) -> Tensor:
+    """x W^T (+ b) in bfloat16, float32 out, of `x_low` padded (`_padded`) from `rows` rows. The
+    float32 bias is added as the product is raised, in one pass: the sum is promoted to float32."""
+    product = torch.mm(x_low, weight_low.t())[:rows]
+    return product.float() if bias is None else torch.add(product, bias)
 
 
 def _gradients(grad: Tensor, x_low: Tensor, weight_low: Tensor, wanted: tuple) -> tuple:
@@ -142,8 +161,7 @@ class _Bf16Linear(torch.autograd.Function):
         x_low, weight_low = _padded(x), weight.to(torch.bfloat16)
         ctx.save_for_backward(x_low, weight_low)
         ctx.has_bias = bias is not None
-        out = _output(x_low, weight_low, x.size(0))
-        return out if bias is None else out.add_(bias)
+        return _output(x_low, weight_low, x.size(0), bias)
 
     @staticmethod
     @once_differentiable
@@ -152,6 +170,69 @@ class _Bf16Linear(torch.autograd.Function):
         grad_x, grad_w = _gradients(grad, x_low, weight_low, ctx.needs_input_grad[:2])
         grad_b = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b
+
+
+def feed_forward(x: Tensor, first: nn.Linear, second: nn.Linear, dropout: nn.Module) -> Tensor:
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (eq. 2) with its hidden units kept in bfloat16 from the
+    first product to the second, forward and backward.
+
+    `linear` raises each product to float32 and the next product rounds it back: around the
+    FFN's hidden layer, 4 x d_model wide, those were four passes of the update's widest
+    activations (two forward, two backward) that change nothing, since the rounding to bfloat16
+    happens anyway before the second product. Here the first product's output (b1 added before
+    its one rounding), the ReLU and the dropout stay bfloat16, with its rows still padded for the
+    second product; the padding rows' gradient is zero, so they add nothing to W1's or b1's.
+    """
+    flat = x.reshape(-1, x.size(-1))
+    hidden = _LowOutput.apply(flat, first.weight, first.bias)  # (padded rows, d_ff)
+    hidden = dropout(hidden.relu_())
+    out = _LowInput.apply(hidden, second.weight, second.bias, flat.size(0))
+    return out.view(*x.shape[:-1], second.weight.size(0))
+
+
+class _LowOutput(torch.autograd.Function):
+    """h = x W^T + b for `feed_forward`: float32 x in, bfloat16 h out with x's padded rows."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        x_low, weight_low = _padded(x), weight.to(torch.bfloat16)
+        ctx.save_for_backward(x_low, weight_low)
+        ctx.rows, ctx.has_bias = x.size(0), bias is not None
+        if bias is None:
+            return torch.mm(x_low, weight_low.t())
+        return torch.addmm(bias.to(torch.bfloat16), x_low, weight_low.t())
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):  # bfloat16, zero on the padding rows
+        x_low, weight_low = ctx.saved_tensors
+        wanted = ctx.needs_input_grad
+        grad_x = torch.mm(grad, weight_low)[: ctx.rows].float() if wanted[0] else None
+        grad_w = torch.mm(grad.t(), x_low).float() if wanted[1] else None
+        grad_b = grad.sum(0, dtype=torch.float32) if ctx.has_bias and wanted[2] else None
+        return grad_x, grad_w, grad_b
+
+
+class _LowInput(torch.autograd.Function):
+    """y = h W^T + b for `feed_forward`: bfloat16 h in (padded), float32 y out (`rows` rows)."""
+
+    @staticmethod
+    def forward(ctx, h_low: Tensor, weight: Tensor, bias: Tensor | None, rows: int) -> Tensor:
+        weight_low = weight.to(torch.bfloat16)
+        ctx.save_for_backward(h_low, weight_low)
+        ctx.has_bias = bias is not None
+        return _output(h_low, weight_low, rows, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        h_low, weight_low = ctx.saved_tensors
+        wanted = ctx.needs_input_grad
+        grad_low = _padded(grad)
+        grad_h = torch.mm(grad_low, weight_low) if wanted[0] else None  # stays bfloat16, padded
+        grad_w = torch.mm(grad_low.t(), h_low).float() if wanted[1] else None
+        grad_b = grad.sum(0) if ctx.has_bias and wanted[2] else None
+        return grad_h, grad_w, grad_b, None
 
 
 class Projection:

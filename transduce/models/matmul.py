@@ -182,7 +182,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, weight, bias)
     )
-    if grad and bf16.active() and x.device.type == "cpu" and x.dtype == torch.float32:
+    if bf16.takes(x, weight, bias):
         flat = x.reshape(-1, x.size(-1))
         return bf16.linear(flat, weight, bias).view(*x.shape[:-1], weight.size(0))
     if not grad and int8.active():

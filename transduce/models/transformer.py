@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
+from . import bf16
 from .attention import MultiHeadAttention, padding_mask
 from .cache import DecoderCache, LayerCache
 from .contract import AttentionMaps, Encoded
@@ -77,6 +78,8 @@ class FeedForward(nn.Module):
         self.dropout = Dropout(relu_dropout)  # a no-op at rate 0, the paper's
 
     def forward(self, x: Tensor) -> Tensor:
+        if bf16.takes(x, self.w_1.weight, self.w_2.weight):  # the hidden units stay bfloat16
+            return bf16.feed_forward(x, self.w_1, self.w_2, self.dropout)
         return self.w_2(self.dropout(torch.relu(self.w_1(x))))
 
 

@@ -123,7 +123,7 @@ class Trainer:
             "model: %s parameters; device %s%s; %d process(es)",
             f"{count_parameters(self.model):,}",
             device,
-            ", its linear products in bfloat16 (AMX)" if self.cpu_bf16 else "",
+            ", its matrix products in bfloat16 (AMX)" if self.cpu_bf16 else "",
             self.processes.world,
         )
 
