@@ -41,10 +41,11 @@ CACHED_PRODUCTS = 64
 WIDE_D_MODEL = 512
 WIDE_CACHED_PRODUCTS = 8
 # `train.precision=auto` takes this route for a Transformer at least this wide, on a CPU with
-# AMX: `small` (256) and up gained 1.3-1.9x an update at the same quality; `tiny` (128) gained
-# least (1.18x, one round of three level) for more memory (benchmarks/SPEED.md, sessions 46-47);
-# with the loss's products in bfloat16 too, 1.23x (session 48), its quality not yet measured.
-AUTO_MIN_D_MODEL = 256
+# AMX: `small` (256) and up gained 1.3-1.9x an update at the same quality (benchmarks/SPEED.md,
+# sessions 46-47); `tiny` (128, the demo's) was level until the FFN's hidden units stayed
+# bfloat16, then 1.22x an update and 1.32x the demo's updates, level update for update, at a
+# peak of 1,057-1,135 MiB (session 49). The tests' narrower toys stay float32.
+AUTO_MIN_D_MODEL = 128
 CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 # Those the user set, left as they are; read on import, before `matmul` (which imports this
 # module first) sets its own defaults.
@@ -179,9 +180,10 @@ def feed_forward(x: Tensor, first: nn.Linear, second: nn.Linear, dropout: nn.Mod
     `linear` raises each product to float32 and the next product rounds it back: around the
     FFN's hidden layer, 4 x d_model wide, those were four passes of the update's widest
     activations (two forward, two backward) that change nothing, since the rounding to bfloat16
-    happens anyway before the second product. Here the first product's output (b1 added before
-    its one rounding), the ReLU and the dropout stay bfloat16, with its rows still padded for the
-    second product; the padding rows' gradient is zero, so they add nothing to W1's or b1's.
+    happens anyway before the second product. Here the first product's output (b1, rounded to
+    bfloat16, added before its one rounding), the ReLU and the dropout (its scaling rounded as
+    the second product would round it) stay bfloat16, with the rows still padded for the second
+    product; the padding rows' gradient is zero, so they add nothing to W1's or b1's.
     """
     flat = x.reshape(-1, x.size(-1))
     hidden = _LowOutput.apply(flat, first.weight, first.bias)  # (padded rows, d_ff)
