@@ -113,10 +113,11 @@ def products() -> Iterator[None]:
 def takes(x: Tensor, *parameters: Tensor | None) -> bool:
     """Whether products of `x` with `parameters` take this route: inside `products`, float32 on
     the CPU, and a gradient wanted (decoding and validation stay float32)."""
-    wanted = torch.is_grad_enabled() and any(
+    if not _active or x.device.type != "cpu" or x.dtype != torch.float32:
+        return False  # the common case first: off the route, nothing more is looked at
+    return torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, *parameters)
     )
-    return wanted and _active and x.device.type == "cpu" and x.dtype == torch.float32
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -146,10 +147,20 @@ def _output(x_low: Tensor, weight_low: Tensor, rows: int, bias: Tensor | None = 
 
 
 def _gradients(grad: Tensor, x_low: Tensor, weight_low: Tensor, wanted: tuple) -> tuple:
-    """(dL/dx, dL/dW) of y = x W^T given g = dL/dy, each where `wanted`: g W and g^T x in
-    bfloat16, float32 out, g's rows padded as `x_low`'s (its zero rows add nothing to g^T x)."""
-    grad_low = _padded(grad)
-    grad_x = torch.mm(grad_low, weight_low)[: grad.size(0)].float() if wanted[0] else None
+    """(dL/dx, dL/dW) of y = x W^T given g = dL/dy (float32), each where `wanted`: g W and g^T x
+    in bfloat16, float32 out, g's rows padded as `x_low`'s (its zero rows add nothing to g^T x)."""
+    return _padded_gradients(_padded(grad), x_low, weight_low, wanted, grad.size(0))
+
+
+def _padded_gradients(
+    grad_low: Tensor, x_low: Tensor, weight_low: Tensor, wanted: tuple, rows: int | None
+) -> tuple:
+    """`_gradients` of g already bfloat16 and padded: dL/dx raised to float32 on its first
+    `rows` rows, or left bfloat16 and padded where `rows` is None (for a next product)."""
+    grad_x = None
+    if wanted[0]:
+        grad_x = torch.mm(grad_low, weight_low)
+        grad_x = grad_x if rows is None else grad_x[:rows].float()
     grad_w = torch.mm(grad_low.t(), x_low).float() if wanted[1] else None
     return grad_x, grad_w
 
@@ -209,8 +220,7 @@ class _LowOutput(torch.autograd.Function):
     def backward(ctx, grad: Tensor):  # bfloat16, zero on the padding rows
         x_low, weight_low = ctx.saved_tensors
         wanted = ctx.needs_input_grad
-        grad_x = torch.mm(grad, weight_low)[: ctx.rows].float() if wanted[0] else None
-        grad_w = torch.mm(grad.t(), x_low).float() if wanted[1] else None
+        grad_x, grad_w = _padded_gradients(grad, x_low, weight_low, wanted[:2], ctx.rows)
         grad_b = grad.sum(0, dtype=torch.float32) if ctx.has_bias and wanted[2] else None
         return grad_x, grad_w, grad_b
 
@@ -230,9 +240,8 @@ class _LowInput(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         h_low, weight_low = ctx.saved_tensors
         wanted = ctx.needs_input_grad
-        grad_low = _padded(grad)
-        grad_h = torch.mm(grad_low, weight_low) if wanted[0] else None  # stays bfloat16, padded
-        grad_w = torch.mm(grad_low.t(), h_low).float() if wanted[1] else None
+        # dL/dh stays bfloat16 and padded, for the ReLU, the dropout and the first product
+        grad_h, grad_w = _padded_gradients(_padded(grad), h_low, weight_low, wanted[:2], None)
         grad_b = grad.sum(0) if ctx.has_bias and wanted[2] else None
         return grad_h, grad_w, grad_b, None
 
@@ -242,14 +251,18 @@ class Projection:
     (`training.loss`): the logits h W^T and the loss's gradients g W (for h) and g^T h (for W),
     in bfloat16 as `linear`'s. W is cast once for every chunk of an update; a chunk's rows are
     padded as `linear`'s, so the last chunk's odd row count does not compile new products each
-    update."""
+    update, and cast once for its logits and its gradients."""
 
     def __init__(self, weight: Tensor) -> None:
         self.weight_low = weight.to(torch.bfloat16)
+        self._chunk: tuple[Tensor, Tensor] | None = None  # the last chunk, and its rows cast
 
     def logits(self, hidden: Tensor) -> Tensor:
-        return _output(_padded(hidden), self.weight_low, hidden.size(0))
+        self._chunk = hidden, _padded(hidden)
+        return _output(self._chunk[1], self.weight_low, hidden.size(0))
 
     def gradients(self, grad: Tensor, hidden: Tensor, wanted: tuple) -> tuple:
         """(dL/dh, dL/dW) of a chunk whose logits' gradient is `grad`, each where `wanted`."""
-        return _gradients(grad, _padded(hidden), self.weight_low, wanted)
+        same = self._chunk is not None and self._chunk[0] is hidden
+        hidden_low = self._chunk[1] if same else _padded(hidden)
+        return _gradients(grad, hidden_low, self.weight_low, wanted)
