@@ -5,6 +5,7 @@ import typing
 
 import pytest
 
+from transduce.cli.common import load_overrides
 from transduce.config import (
     MODEL_FAMILIES,
     Config,
@@ -15,7 +16,6 @@ from transduce.config import (
     TaskConfig,
     TrainConfig,
     TransformerConfig,
-    load_overrides,
     override,
     parse_assignments,
 )
@@ -331,7 +331,7 @@ def test_the_cpu_and_parsing_presets_keep_their_documented_settings():
     assert (preset("tiny").train.keep_last, preset("tiny").train.average_last) == (10, 10)
     assert preset("tiny").decode.alpha == 1.0
     demo = preset("demo")
-    assert (demo.decode.alpha, demo.train.average_last, demo.model.dropout) == (1.4, 1, 0.0)
+    assert (demo.decode.alpha, demo.train.average_last, demo.model.dropout) == (1.4, 1, 0.1)
     assert demo.train.warmup_steps == 200
     for name in ("parse", "parse-tiny"):  # the reference parser's softmax is its own matrix
         assert preset(name).model.tie_output is False, name

@@ -109,3 +109,28 @@ def test_it_matches_torch_dropout_in_distribution_on_a_non_contiguous_input():
     assert (ours == 0).float().mean().item() == pytest.approx(0.2, abs=0.01)
     assert set(theirs.unique().tolist()) == {0.0, 1.25}
     assert ours.unique().tolist() == [0.0, pytest.approx(1 / (1 - rounded(0.2)))]
+
+
+def test_late_dropout_turns_every_rate_of_a_recurrent_model_off_and_back_and_says_when():
+    """The LSTM's own rate between its layers too (a float `dropout`, not a module); `before`
+    says True at the one update where dropout begins, and nothing changes with 0 updates."""
+    from transduce.models.dropout import LateDropout
+
+    from .conftest import tiny_rnn
+
+    model = tiny_rnn(dropout=0.2)
+    rates = lambda: sorted(  # noqa: E731
+        (name, getattr(m, attr)) for name, m in model.named_modules() for attr in ("p", "dropout")
+        if isinstance(getattr(m, attr, None), float)
+    )  # fmt: skip
+    configured = rates()
+    assert {name for name, _ in configured} >= {"encoder.rnn", "decoder.rnn"}
+    assert {rate for _, rate in configured} == {0.2}
+    late = LateDropout(model, updates_without=2)
+    assert [late.before(u) for u in (1, 2)] == [False, False]
+    assert {rate for _, rate in rates()} == {0.0}
+    assert [late.before(u) for u in (3, 4)] == [True, False]
+    assert rates() == configured
+    resumed = LateDropout(model, updates_without=2)
+    assert not resumed.before(5) and rates() == configured  # a resumed run: already on
+    assert not LateDropout(model, updates_without=0).before(1) and rates() == configured

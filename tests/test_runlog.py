@@ -15,6 +15,7 @@ from transduce.training.runlog import (
     check_writable,
     claim_run_folder,
     keep_log_until,
+    plot_learning_curve,
     read_log,
     write_run_folder,
 )
@@ -264,3 +265,23 @@ def test_a_turn_waited_for_on_a_lock_file_its_holder_deleted_waits_for_the_new_h
     leave.set()
     thread.join(30)
     assert not lock.exists()
+
+
+@pytest.mark.parametrize(("late", "last", "line"), [(3, 6, 4), (3, 3, None), (0, 6, None)])
+def test_the_curve_marks_the_update_late_dropout_began_at_where_the_run_got_there(
+    tmp_path, monkeypatch, late, last, line
+):
+    """The training loss steps up where dropout begins: the curve says why, and only then."""
+    import matplotlib.axes
+
+    lines = []
+    monkeypatch.setattr(matplotlib.axes.Axes, "axvline", lambda self, x, **kw: lines.append(x))
+    (tmp_path / "config.json").write_text(
+        override(Config(), {"train.late_dropout": late}).to_json()
+    )
+    log = tmp_path / "log.jsonl"
+    records = [{"kind": "train", "step": s, "loss": 5.0 - s / 10} for s in range(1, last + 1)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    plot_learning_curve(log, tmp_path / "curve.png")
+    assert lines == ([line] if line else [])
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"

@@ -280,6 +280,74 @@ def test_attention_dropout_reaches_every_attention_in_training_only(data, tmp_pa
     assert evaluation and set(evaluation) == {0.0}
 
 
+LATE = {"model.dropout": 0.3, "model.relu_dropout": 0.2, "model.attention_dropout": 0.25}
+
+
+def test_late_dropout_trains_its_first_updates_without_any_dropout_also_when_resumed(
+    data, tmp_path, monkeypatch
+):
+    """train.late_dropout=5: updates 1-5 drop nothing anywhere (residuals, embeddings, the
+    FFN's units, attention's weights), 6 on at the model's own rates; a run stopped after
+    update 3 and resumed switches at the same update."""
+    seen: list[tuple[int, str, float, bool]] = []  # (update, site, rate, anything zeroed)
+    kernel = attention_module.F.scaled_dot_product_attention
+    explicit = attention_module.attention_reference
+
+    def recording_kernel(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
+        if torch.is_grad_enabled():
+            seen.append((trainer.progress.step + 1, "attention", dropout_p, dropout_p > 0))
+        return kernel(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+
+    def recording_explicit(q, k, v, mask, dropout=0.0):  # short spans
+        if torch.is_grad_enabled():
+            seen.append((trainer.progress.step + 1, "attention", dropout, dropout > 0))
+        return explicit(q, k, v, mask, dropout)
+
+    def hook(name):
+        def record(module, inputs, output):
+            if module.training:
+                zeroed = not torch.equal(inputs[0], output)
+                seen.append((trainer.progress.step + 1, name, module.p, zeroed))
+
+        return record
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", recording_kernel)
+    monkeypatch.setattr(attention_module, "attention_reference", recording_explicit)
+    for resume, steps in ((False, 3), (True, 12)):
+        settings = LATE | {"train.late_dropout": 5, "train.max_steps": steps}
+        trainer = _trainer(data, tmp_path / "run", resume, **settings)
+        for name, module in _dropout_sites(trainer.model).items():
+            module.register_forward_hook(hook(name))
+        trainer.run()
+    rates = {"attention": 0.25} | {n: m.p for n, m in _dropout_sites(trainer.model).items()}
+    assert {r for n, r in rates.items() if n != "attention"} == {0.3, 0.2}
+    for update in range(1, 13):
+        at = [(site, rate, zeroed) for u, site, rate, zeroed in seen if u == update]
+        assert {site for site, _, _ in at} == set(rates), update
+        if update <= 5:
+            assert all(rate == 0.0 and not zeroed for _, rate, zeroed in at), update
+        else:
+            assert all(rate == rates[site] and zeroed for site, rate, zeroed in at), update
+
+
+def test_late_dropouts_first_updates_are_those_of_the_model_without_dropout(data, tmp_path):
+    """Bit for bit: the same parameters after 4 updates as a run whose rates are all 0, and
+    not after 5 with dropout on from update 5."""
+
+    def parameters(run: str, updates: int, **changes) -> list[torch.Tensor]:
+        trainer = _trainer(data, tmp_path / run, **changes, **{"train.max_steps": updates})
+        trainer.run()
+        return [p.detach().clone() for p in trainer.model.parameters()]
+
+    def equal(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool:
+        return all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+    none = {"model.dropout": 0.0, "model.relu_dropout": 0.0, "model.attention_dropout": 0.0}
+    late = LATE | {"train.late_dropout": 4}
+    assert equal(parameters("late-4", 4, **late), parameters("none-4", 4, **none))
+    assert not equal(parameters("late-5", 5, **late), parameters("none-5", 5, **none))
+
+
 def test_train_step_descends_the_per_token_loss_of_the_whole_group_with_clipping():
     """SGD through `train_step` moves each parameter by -rate * clip(grad of the loss per target
     token of both batches together), the gradient computed here independently."""

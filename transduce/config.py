@@ -178,6 +178,9 @@ class TrainConfig:
     weight_decay: float = 0.0
     clip_norm: float = 0.0  # 0 = no clipping, as the paper
     label_smoothing: float = 0.1
+    # Late dropout (Liu et al. 2023): this many first updates train without the model's dropout,
+    # which only slows a young model and keeps an older one from overfitting a small corpus.
+    late_dropout: int = 0
     accumulate: int = 1  # batches per update: 8 imitates the paper's 8 devices on one
     max_steps: int = 100000  # updates; the base model trains 100k (s5.2)
     max_epochs: int = 0  # 0 = no limit
@@ -206,6 +209,7 @@ class TrainConfig:
         _require(0 <= self.min_lr <= self.lr, "train.min_lr must be in [0, train.lr]")
         _require(0.0 <= self.cooldown <= 1.0, "train.cooldown must be in [0, 1]")
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")
+        _require(self.late_dropout >= 0, "train.late_dropout must be >= 0 (0: dropout throughout)")
         _require(self.accumulate > 0, "train.accumulate must be positive")
         _require(self.max_steps > 0, "train.max_steps must be positive")
         _require(self.max_epochs >= 0, "train.max_epochs must be >= 0 (0: no limit)")
@@ -364,26 +368,6 @@ def parse_assignments(pairs: list[str]) -> dict[str, str]:
         _require(bool(sep) and bool(key), f"expected key=value, got {pair!r}")
         out[key.strip()] = value.strip()
     return out
-
-
-def load_overrides(path: str | Path) -> dict[str, object]:
-    """Flatten a YAML (or JSON) file `{train: {max_steps: 2000}}` into dotted assignments."""
-    import yaml
-
-    try:
-        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or " ".join(str(error).split())
-        raise ConfigError(f"{path}{where}: not valid YAML ({problem})") from error
-    _require(isinstance(tree, dict), f"{path}: expected a mapping of sections")
-    flat = {}
-    for section, values in tree.items():
-        _require(isinstance(values, dict), f"{path}: section {section!r} must be a mapping")
-        for name, value in values.items():
-            flat[f"{section}.{name}"] = value
-    return flat
 
 
 def _coerce(key: str, raw: object, kind: object) -> object:

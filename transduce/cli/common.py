@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from ..presets import PRESETS
+from ..typed import ConfigError
 
 
 def env_path(name: str) -> Path | None:
@@ -35,7 +36,7 @@ def add_set_argument(p: argparse.ArgumentParser, help: str | None = None) -> Non
 
 def config_from(args: argparse.Namespace, flags: dict[str, object] | None = None):
     """The preset, then the YAML file, then --set, then the flags that are not None."""
-    from ..config import load_overrides, override, parse_assignments
+    from ..config import override, parse_assignments
     from ..presets import preset
 
     config = preset(args.preset)
@@ -44,3 +45,25 @@ def config_from(args: argparse.Namespace, flags: dict[str, object] | None = None
     config = override(config, parse_assignments(args.set))
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     return override(config, given)
+
+
+def load_overrides(path: str | Path) -> dict[str, object]:
+    """Flatten a YAML (or JSON) file `{train: {max_steps: 2000}}` into dotted assignments."""
+    import yaml
+
+    try:
+        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or " ".join(str(error).split())
+        raise ConfigError(f"{path}{where}: not valid YAML ({problem})") from error
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections")
+    flat = {}
+    for section, values in tree.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: section {section!r} must be a mapping")
+        for name, value in values.items():
+            flat[f"{section}.{name}"] = value
+    return flat

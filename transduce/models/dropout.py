@@ -68,3 +68,36 @@ class Dropout(nn.Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+class LateDropout:
+    """Late dropout (Liu et al. 2023): none for a run's first updates, then the model's rates.
+
+    Dropout slows a young model that has yet to fit its data, and keeps an older one from
+    overfitting a small corpus; a short run on a fast host is both in turn. The sites are found
+    once: this module's `Dropout` and `nn.Dropout` (their `p`), and the float `dropout` rates of
+    attention's weights and of the recurrent stacks between layers. The rates follow the
+    update's number alone, so a resumed run switches where an unbroken one does.
+    """
+
+    def __init__(self, model: nn.Module, updates_without: int) -> None:
+        self.updates_without = updates_without
+        self.sites = [(m, name, getattr(m, name)) for m in model.modules() for name in _rates(m)]
+        self.on: bool | None = None  # not yet set
+
+    def before(self, update: int) -> bool:
+        """Set the rates for `update` (a run's first is 1): True where dropout has just begun."""
+        on = update > self.updates_without
+        if not self.updates_without or on == self.on:
+            return False
+        for module, name, rate in self.sites:
+            setattr(module, name, rate if on else 0.0)
+        begun, self.on = on and self.on is False, on
+        return begun
+
+
+def _rates(module: nn.Module) -> tuple[str, ...]:
+    """The names of a module's own dropout rates."""
+    if isinstance(module, (Dropout, nn.Dropout)):
+        return ("p",)
+    return ("dropout",) if isinstance(getattr(module, "dropout", None), float) else ()

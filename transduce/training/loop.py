@@ -28,6 +28,7 @@ from ..data.batching import Batch, collate
 from ..data.dataset import PreparedData
 from ..data.epochs import Pairs, TrainingEpochs
 from ..models import bf16, build_model, count_parameters
+from ..models.dropout import LateDropout
 from ..runtime import pick_device
 from ..tasks import get_task, resolve_config
 from . import distributed
@@ -104,6 +105,7 @@ class Trainer:
             torch.set_num_threads(self.config.train.threads)
         self.vocab, self.task = data.vocab, get_task(self.config.task)
         self.model, self.network, self.optimizer = self._build_model()
+        self.late_dropout = LateDropout(self.model, self.config.train.late_dropout)
         self.compiled = (
             compiles(self.config.train.compile, device) and compile_layers(self.model) > 0
         )
@@ -246,6 +248,8 @@ class Trainer:
         """One update over a group of batches; gives up after too many non-finite losses."""
         train = self.config.train
         batches = [self._collate(pairs) for pairs in group]
+        if self.late_dropout.before(self.progress.step + 1):
+            logger.info("update %d: dropout begins (train.late_dropout)", self.progress.step + 1)
         with explain_out_of_memory(self.config):
             result = train_step(
                 self.network,

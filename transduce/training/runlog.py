@@ -237,7 +237,8 @@ class Window:
 
 
 def plot_learning_curve(log_path: Path, png_path: Path, metric: str = "bleu") -> None:
-    """Training and dev loss against updates, and the task's dev `metric` on a second axis."""
+    """Training and dev loss against updates, and the task's dev `metric` on a second axis; where
+    late dropout began in the run (`train.late_dropout` in its config.json), a dotted line."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: write the file only
@@ -249,6 +250,8 @@ def plot_learning_curve(log_path: Path, png_path: Path, metric: str = "bleu") ->
     figure, loss_axis = plt.subplots(figsize=(7, 4))
     loss_axis.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
     loss_axis.plot([r["step"] for r in valid], [r["loss"] for r in valid], "o-", label="dev loss")
+    if begun := _dropout_begun(log_path.parent, train):  # the training loss steps up there
+        loss_axis.axvline(begun, color="grey", linestyle=":", label=f"dropout from update {begun}")
     loss_axis.set_xlabel("update")
     loss_axis.set_ylabel("loss per token (label-smoothed)")
     lines, labels = loss_axis.get_legend_handles_labels()
@@ -271,3 +274,10 @@ def plot_learning_curve(log_path: Path, png_path: Path, metric: str = "bleu") ->
     figure.savefig(png, format="png", dpi=100)
     plt.close(figure)
     atomic_write(png.getvalue(), png_path)
+
+
+def _dropout_begun(run_dir: Path, train: list[dict]) -> int | None:
+    """The update late dropout began at, where the run's config has it and the run got there."""
+    config_path = run_dir / "config.json"
+    late = Config.load(config_path).train.late_dropout if config_path.exists() else 0
+    return late + 1 if late and any(r["step"] > late for r in train) else None
