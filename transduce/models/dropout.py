@@ -83,17 +83,15 @@ class LateDropout:
     def __init__(self, model: nn.Module, updates_without: int) -> None:
         self.updates_without = updates_without
         self.sites = [(m, name, getattr(m, name)) for m in model.modules() for name in _rates(m)]
-        self.on: bool | None = None  # not yet set
 
     def before(self, update: int) -> bool:
-        """Set the rates for `update` (a run's first is 1): True where dropout has just begun."""
-        on = update > self.updates_without
-        if not self.updates_without or on == self.on:
+        """Set the rates for `update` (a run's first is 1): True where dropout begins with it."""
+        if not self.updates_without:
             return False
-        for module, name, rate in self.sites:
+        on = update > self.updates_without
+        for module, name, rate in self.sites:  # a few dozen attributes: cheap every update
             setattr(module, name, rate if on else 0.0)
-        begun, self.on = on and self.on is False, on
-        return begun
+        return update == self.updates_without + 1
 
 
 def _rates(module: nn.Module) -> tuple[str, ...]:
