@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from transduce.config import override
+from transduce.models.derived import copy_of
 from transduce.presets import tiny
 from transduce.training.checkpoint import steps_to_average
 from transduce.training.schedule import (
@@ -125,6 +126,41 @@ def test_adam_has_the_papers_hyperparameters():
     assert make_optimizer([torch.nn.Parameter(torch.zeros(2))], decayed).defaults[
         "weight_decay"
     ] == pytest.approx(0.01)
+
+
+def test_adam_steps_by_the_formula_of_s5_3_on_the_cpus_fused_kernel():
+    """Kingma & Ba's update with the paper's betas and eps, bias-corrected, step after step; on a
+    CPU through the fused kernel (one call over every parameter, not one per parameter)."""
+    weight = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+    optimizer = make_optimizer([weight], tiny().train, torch.device("cpu"))
+    assert optimizer.defaults["fused"]
+    beta1, beta2, eps, rate = 0.9, 0.98, 1e-9, 0.01
+    expected, m, v = weight.detach().double().clone(), torch.zeros(3), torch.zeros(3)
+    for t, grad in enumerate(([0.1, -0.2, 0.3], [0.4, 0.0, -0.1], [-0.3, 0.2, 0.2]), start=1):
+        grad = torch.tensor(grad)
+        weight.grad = grad.clone()
+        set_learning_rate(optimizer, rate)
+        optimizer.step()
+        m, v = beta1 * m + (1 - beta1) * grad, beta2 * v + (1 - beta2) * grad**2
+        m_hat, v_hat = m / (1 - beta1**t), v / (1 - beta2**t)
+        expected -= rate * m_hat.double() / (v_hat.double().sqrt() + eps)
+        torch.testing.assert_close(weight.detach().double(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_a_fused_step_counts_as_a_change_of_the_weights_for_their_kept_copies():
+    """The fused kernel leaves version counters as they were; the copies kept for decoding
+    (models/derived.py) would go on serving the weights of before the step."""
+    weight = torch.nn.Parameter(torch.ones(2, 2))
+    optimizer = make_optimizer([weight], tiny().train, torch.device("cpu"))
+    store = {}
+    copy_of(store, weight, lambda w: w.detach().clone())
+    weight.grad = torch.ones(2, 2)
+    set_learning_rate(optimizer, 0.1)
+    optimizer.step()
+    assert not torch.equal(weight.detach(), torch.ones(2, 2))
+    torch.testing.assert_close(
+        copy_of(store, weight, lambda w: w.detach().clone()), weight.detach()
+    )
 
 
 def test_the_rate_is_set_in_every_parameter_group():

@@ -70,6 +70,35 @@ def test_a_tiny_model_learns_to_reverse(toy_data, tmp_path, monkeypatch):
     assert same >= 0.9
 
 
+def test_the_loop_hands_its_gradients_to_one_fused_adam_step_on_a_cpu(toy_data, tmp_path):
+    """The default steps a CPU's parameters one by one (29 ms at `small`, fused 7.7 ms)."""
+    trainer = _trainer(toy_config(), toy_data, tmp_path / "run")
+    assert trainer.optimizer.defaults["fused"]
+    params = [p for group in trainer.optimizer.param_groups for p in group["params"]]
+    assert {id(p) for p in params} == {id(p) for p in trainer.model.parameters()}
+    steps = []
+    trainer.optimizer.register_step_post_hook(lambda opt, *_: steps.append(opt.defaults["fused"]))
+    trainer._update([next(iter(trainer.epochs.batches(0)))], rate=1e-3)
+    assert steps == [True]
+
+
+def test_a_validation_after_an_update_scores_the_updated_weights(toy_data, tmp_path):
+    """Validation keeps copies of weights between calls (attention's stacked projections); the
+    update between two validations must reach them, as it reaches a model built afresh."""
+    from transduce.models import build_model
+
+    trainer = _trainer(toy_config(), toy_data, tmp_path / "run")
+    afresh = build_model(trainer.config.model, trainer.vocab)
+    data, cpu = PreparedData.load(toy_data), torch.device("cpu")
+    batches = iter(trainer.epochs.batches(0))
+    for _ in range(2):
+        trainer._update([next(batches)], rate=1e-3)
+        kept = dev_loss(trainer.model, data, trainer.config, cpu, nullcontext)
+        afresh.load_state_dict(trainer.model.state_dict())  # its copies made anew
+        fresh = dev_loss(afresh, data, trainer.config, cpu, nullcontext)
+        assert kept["loss"] == pytest.approx(fresh["loss"], rel=1e-6)
+
+
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(toy_data, tmp_path):
     config = toy_config(**{"model.dropout": 0.3})  # dropout: the random state must be restored
     _trainer(config, toy_data, tmp_path / "straight").run()
@@ -342,18 +371,25 @@ def test_the_dev_score_decodes_with_the_validation_beam_and_scores_every_line(
     toy_data, monkeypatch
 ):
     data = PreparedData.load(toy_data)
-    config = toy_config(**{"train.valid_beam": 3, "decode.beam_size": 5, "decode.n_best": 2})
+    """In batches of as many hypotheses as the decode settings' beam search holds: 6 sentences
+    x beam 5 = 30 hypotheses, 10 sentences of beam 3 (greedy's products were short at 64)."""
+    settings = {"train.valid_beam": 3, "decode.beam_size": 5, "decode.n_best": 2}
+    config = toy_config(**settings, **{"decode.batch_size": 6})
     model = _trainer(config, toy_data, toy_data.parent / "dev-score-run").model
     calls, real = [], validation.decode_ids
 
     def decode_ids(model, vocab, sources, decode, device):
-        calls.append((len(sources), decode.beam_size, decode.n_best))
+        calls.append((len(sources), decode.beam_size, decode.n_best, decode.batch_size))
         return real(model, vocab, sources, decode, device)
 
     monkeypatch.setattr(validation, "decode_ids", decode_ids)
     score = validation.dev_score(model, data, config, torch.device("cpu"), get_task(config.task))
-    assert calls == [(len(data.split("dev")), 3, 1)]
+    assert calls == [(len(data.split("dev")), 3, 1, 10)]
     assert 0 <= score <= 100
+    one_at_a_time = toy_config(**(settings | {"decode.batch_size": 1, "decode.beam_size": 3}))
+    task = get_task(config.task)
+    assert validation.dev_score(model, data, one_at_a_time, torch.device("cpu"), task) == score
+    assert calls[-1] == (len(data.split("dev")), 3, 1, 1)
 
 
 def test_a_fresh_run_starts_a_fresh_log(toy_data, tmp_path):

@@ -142,7 +142,7 @@ class Trainer:
         if self.processes.parallel:
             ids = [self.device.index] if self.device.type == "cuda" else None
             network = DistributedDataParallel(model, device_ids=ids)
-        optimizer = make_optimizer(model.parameters(), train, fused=self.device.type == "cuda")
+        optimizer = make_optimizer(model.parameters(), train, self.device)
         return model, network, optimizer
 
     def _build_epochs(self) -> TrainingEpochs:

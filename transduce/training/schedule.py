@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 import torch
+from torch.autograd.graph import increment_version
 
 from ..config import Config, ConfigError, TrainConfig
 
@@ -150,18 +151,40 @@ def make_schedule(config: Config) -> Schedule:
     raise ConfigError(f"train.schedule {train.schedule!r} is not implemented")
 
 
+# Devices whose training takes PyTorch's fused Adam, one kernel over every parameter: on a GPU
+# (SPEED.md, GPU), and on a CPU, where the default steps parameter by parameter: `small`'s step
+# 7.7 ms fused against 29 ms (benchmarks/SPEED.md, session 51).
+FUSED_ADAM_DEVICES = frozenset({"cuda", "cpu"})
+
+
 def make_optimizer(
-    parameters: Iterable[torch.nn.Parameter], config: TrainConfig, fused: bool = False
+    parameters: Iterable[torch.nn.Parameter],
+    config: TrainConfig,
+    device: torch.device | None = None,
 ) -> torch.optim.Adam:
-    """Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (s5.3); the rate is set at every step."""
-    return torch.optim.Adam(
+    """Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (s5.3); the rate is set at every step.
+
+    PyTorch's fused Adam, one kernel over every parameter, on the devices that have it. That
+    kernel writes the parameters without counting the change in their version counters, by which
+    the copies of weights kept for decoding (models/derived.py: attention's stacked projections,
+    oneDNN's packed weights) know a weight changed: a validation after a step would have decoded
+    with the weights of the one before. So each step counts it.
+    """
+    optimizer = torch.optim.Adam(
         parameters,
         lr=0.0,
         betas=(config.beta1, config.beta2),
         eps=config.eps,
         weight_decay=config.weight_decay,
-        fused=fused or None,
+        fused=(device or torch.device("cpu")).type in FUSED_ADAM_DEVICES,
     )
+    if optimizer.defaults["fused"]:
+        optimizer.register_step_post_hook(_count_the_change)
+    return optimizer
+
+
+def _count_the_change(optimizer: torch.optim.Optimizer, *_) -> None:
+    increment_version([p for group in optimizer.param_groups for p in group["params"]])
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, rate: float) -> None:
