@@ -152,8 +152,8 @@ def make_schedule(config: Config) -> Schedule:
 
 
 # Devices whose training takes PyTorch's fused Adam, one kernel over every parameter: on a GPU
-# (SPEED.md, GPU), and on a CPU, where the default steps parameter by parameter: `small`'s step
-# 7.7 ms fused against 29 ms (benchmarks/SPEED.md, session 51).
+# (SPEED.md, GPU), and on a CPU, where PyTorch's default steps parameter by parameter: `small`'s
+# step 6.9 ms fused against 20.3 ms, the update 1.03x (`tiny` 1.05x; SPEED.md, session 51).
 FUSED_ADAM_DEVICES = frozenset({"cuda", "cpu"})
 
 
