@@ -134,3 +134,5 @@ def test_late_dropout_turns_every_rate_of_a_recurrent_model_off_and_back_and_say
     resumed = LateDropout(model, updates_without=2)
     assert not resumed.before(5) and rates() == configured  # a resumed run: already on
     assert not LateDropout(model, updates_without=0).before(1) and rates() == configured
+    without = LateDropout(tiny_rnn(dropout=0.0), updates_without=2)  # nothing to begin
+    assert [without.before(u) for u in (1, 2, 3)] == [False, False, False]

@@ -267,17 +267,21 @@ def test_a_turn_waited_for_on_a_lock_file_its_holder_deleted_waits_for_the_new_h
     assert not lock.exists()
 
 
-@pytest.mark.parametrize(("late", "last", "line"), [(3, 6, 4), (3, 3, None), (0, 6, None)])
+@pytest.mark.parametrize(
+    ("late", "last", "rate", "line"),
+    [(3, 6, 0.1, 4), (3, 3, 0.1, None), (0, 6, 0.1, None), (3, 6, 0.0, None)],
+)
 def test_the_curve_marks_the_update_late_dropout_began_at_where_the_run_got_there(
-    tmp_path, monkeypatch, late, last, line
+    tmp_path, monkeypatch, late, last, rate, line
 ):
-    """The training loss steps up where dropout begins: the curve says why, and only then."""
+    """The training loss steps up where dropout begins: the curve says why, and only then (a
+    model without dropout has nothing to begin)."""
     import matplotlib.axes
 
     lines = []
     monkeypatch.setattr(matplotlib.axes.Axes, "axvline", lambda self, x, **kw: lines.append(x))
     (tmp_path / "config.json").write_text(
-        override(Config(), {"train.late_dropout": late}).to_json()
+        override(Config(), {"train.late_dropout": late, "model.dropout": rate}).to_json()
     )
     log = tmp_path / "log.jsonl"
     records = [{"kind": "train", "step": s, "loss": 5.0 - s / 10} for s in range(1, last + 1)]

@@ -76,17 +76,19 @@ class LateDropout:
     Dropout slows a young model that has yet to fit its data, and keeps an older one from
     overfitting a small corpus; a short run on a fast host is both in turn. The sites are found
     once: this module's `Dropout` and `nn.Dropout` (their `p`), and the float `dropout` rates of
-    attention's weights and of the recurrent stacks between layers. The rates follow the
+    attention's weights and of the recurrent stacks between layers; those at 0 have nothing to
+    begin, and a model without dropout has no update where it begins. The rates follow the
     update's number alone, so a resumed run switches where an unbroken one does.
     """
 
     def __init__(self, model: nn.Module, updates_without: int) -> None:
         self.updates_without = updates_without
-        self.sites = [(m, name, getattr(m, name)) for m in model.modules() for name in _rates(m)]
+        sites = [(m, name, getattr(m, name)) for m in model.modules() for name in _rates(m)]
+        self.sites = [(module, name, rate) for module, name, rate in sites if rate > 0]
 
     def before(self, update: int) -> bool:
         """Set the rates for `update` (a run's first is 1): True where dropout begins with it."""
-        if not self.updates_without:
+        if not self.updates_without or not self.sites:
             return False
         on = update > self.updates_without
         for module, name, rate in self.sites:  # a few dozen attributes: cheap every update

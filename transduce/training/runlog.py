@@ -277,7 +277,16 @@ def plot_learning_curve(log_path: Path, png_path: Path, metric: str = "bleu") ->
 
 
 def _dropout_begun(run_dir: Path, train: list[dict]) -> int | None:
-    """The update late dropout began at, where the run's config has it and the run got there."""
+    """The update late dropout began at, where the run's config has it, its model has dropout
+    (`models.dropout.LateDropout` begins nothing otherwise) and the run got there."""
     config_path = run_dir / "config.json"
-    late = Config.load(config_path).train.late_dropout if config_path.exists() else 0
+    if not config_path.exists():
+        return None
+    config = Config.load(config_path)
+    rates = [getattr(config.model, name, 0.0) for name in DROPOUT_RATES]
+    late = config.train.late_dropout if any(rate > 0 for rate in rates) else 0
     return late + 1 if late and any(r["step"] > late for r in train) else None
+
+
+# The model settings' dropout rates: the Transformer's three, the recurrent model's first.
+DROPOUT_RATES = ("dropout", "attention_dropout", "relu_dropout")
