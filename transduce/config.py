@@ -18,6 +18,8 @@ from pathlib import Path
 from .typed import ConfigError, check_types
 
 POSITIONS = ("sinusoidal", "learned")
+# The model settings' dropout rates: the Transformer's three; a recurrent model has the first.
+DROPOUT_RATES = ("dropout", "attention_dropout", "relu_dropout")
 SCHEDULES = ("noam", "constant", "plateau")
 # "auto": bf16 autocast on a GPU, float32 on a CPU; "bf16" on a CPU with AMX: models/bf16.py
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -62,7 +64,7 @@ class TransformerConfig:
         _require(self.family == "transformer", "model.family of a TransformerConfig is transformer")
         for name in ("n_layers", "d_model", "d_ff", "h", "d_k", "d_v", "max_positions"):
             _require(getattr(self, name) > 0, f"model.{name} must be positive")
-        for name in ("dropout", "attention_dropout", "relu_dropout"):
+        for name in DROPOUT_RATES:
             _require(0.0 <= getattr(self, name) < 1.0, f"model.{name} must be in [0, 1)")
         _require(self.positions in POSITIONS, f"model.positions must be one of {POSITIONS}")
         _require(self.vocab_size >= 0, "model.vocab_size must be >= 0")

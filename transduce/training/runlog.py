@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import Config
+from ..config import DROPOUT_RATES, Config
 from ..data.dataset import PreparedData
 from ..files import FolderBusy, FolderClaim, atomic_write, remove_leftovers
 from .step import TrainingError
@@ -286,7 +286,3 @@ def _dropout_begun(run_dir: Path, train: list[dict]) -> int | None:
     rates = [getattr(config.model, name, 0.0) for name in DROPOUT_RATES]
     late = config.train.late_dropout if any(rate > 0 for rate in rates) else 0
     return late + 1 if late and any(r["step"] > late for r in train) else None
-
-
-# The model settings' dropout rates: the Transformer's three, the recurrent model's first.
-DROPOUT_RATES = ("dropout", "attention_dropout", "relu_dropout")
