@@ -5,9 +5,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transduce.models.dropout import LEVELS, Dropout, drop_mask, dropout
+from transduce.models.dropout import LEVELS, Dropout, dropout, keep_mask
 
 N = 400_000
+
+
+def drop_mask(shape: torch.Size, levels_dropped: int) -> torch.Tensor:
+    """True where dropped."""
+    return keep_mask(shape, levels_dropped) == 0
 
 
 def rounded(p: float) -> float:
@@ -56,6 +61,30 @@ def test_each_level_of_the_rate_drops_one_value_of_the_65536():
     shape = torch.Size([1 << 22])  # 64 draws of each 16-bit value on average
     assert not drop_mask(shape, 0).any()
     assert 32 < drop_mask(shape, 1).sum().item() < 100  # expected 64; two values: 128
+
+
+def test_the_residual_sum_adds_the_same_dropout_in_one_op_with_the_gradients_of_the_sum():
+    """`Dropout(p)(x, r)`, the residual connection's, is r + dropout(x) under the same seed;
+    its gradient to r is the incoming one, to x the kept elements' scaled alike; a second
+    derivative works."""
+    r = torch.randn(4, 30, 16, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(4, 30, 16, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(8)
+    fused = Dropout(0.3)(x, r)
+    torch.manual_seed(8)
+    apart = r + dropout(x, 0.3)
+    torch.testing.assert_close(fused, apart, rtol=0, atol=0)
+    weights = torch.randn_like(x)
+    grad_r, grad_x = torch.autograd.grad((fused * weights).sum(), (r, x))
+    kept = (apart - r != 0).double()
+    torch.testing.assert_close(grad_r, weights, rtol=0, atol=0)
+    torch.testing.assert_close(grad_x, weights * kept / (1 - rounded(0.3)))
+    assert 0.25 < 1 - kept.mean().item() < 0.35
+    (first,) = torch.autograd.grad(Dropout(0.3)(x, r).pow(2).sum(), x, create_graph=True)
+    (second,) = torch.autograd.grad(first.sum(), r)  # d/dr of 2 (r + m s x) m s
+    assert second.abs().sum() > 0
+    module = Dropout(0.3).eval()
+    assert torch.equal(module(x, r), r + x) and torch.equal(Dropout(0.0)(x, r), r + x)
 
 
 def test_a_rate_that_rounds_to_zero_leaves_the_input_as_it_is():

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .derived import state_of
+from .dropout import dropout as dropped
 from .matmul import Linear, linear
 
 # The fused kernels a GPU may take. Not cuDNN's, PyTorch's first choice on Hopper GPUs: it builds
@@ -85,7 +86,7 @@ def attention_reference(
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     if dropout > 0.0:
-        weights = F.dropout(weights, p=dropout)
+        weights = dropped(weights, dropout)
     return weights @ v, weights
 
 

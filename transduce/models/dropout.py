@@ -1,20 +1,26 @@
-"""Dropout (s5.4, Srivastava et al. 2014) whose mask is cheap to draw on the CPU.
+"""Dropout (s5.4, Srivastava et al. 2014) whose mask is cheap to draw and apply on the CPU.
 
 Each element is zeroed with probability p and the survivors are scaled by 1 / (1 - p), as
 `nn.Dropout`. On the CPU, PyTorch draws the mask with `bernoulli_`, one float from one serial
 generator call per element: at `tiny` it was 14% of an update's time on 2 threads, more than
-the attention kernel (benchmarks/SPEED.md, session 10). Here each 64-bit draw of the same
-generator (`torch.manual_seed` and the checkpointed RNG state govern it) is cut into four
-16-bit integers, and an element is dropped where its integer falls below p's share of the
-65,536 values: p is rounded to a multiple of 1/65,536 (0.1 becomes 0.100006), an error far
-below anything training can notice, and the survivors are scaled by the rounded rate, so the
-expectation is exact. The backward keeps the mask, one byte per element (`nn.Dropout` keeps
-four). A speed-only module, as `matmul.py`: other devices, and a rate that rounds to 1, take
-PyTorch's own dropout, and so does code that torch.compile traces (training/compiled.py).
+the attention kernel (benchmarks/SPEED.md, session 10). Here each 64-bit draw is cut into four
+16-bit integers, and an element is dropped where its integer falls below p's share of the 65,536
+values: p is rounded to a multiple of 1/65,536 (0.1 becomes 0.100006), an error far below
+anything training can notice, and the survivors are scaled by the rounded rate, so the
+expectation is exact. The draws come from numpy's SFC64 generator, seeded at each call from
+torch's (so `torch.manual_seed` and the checkpointed RNG state govern them): 2-3x faster than
+torch's own 64-bit draws. The mask is one byte per element, 1 where kept, and multiplies:
+`masked_fill` and `where` with a bool mask cost 3-4x a product on the CPU. In the residual
+connection the sum is in the same pass, `addcmul(x, sublayer, keep, value=scale)`, and a site
+of `small`, forward and backward, took 1.5 ms against 3.5 (SPEED.md, session 52).
+
+A speed-only module, as `matmul.py`: other devices, and a rate that rounds to 1, take PyTorch's
+own dropout, and so does code that torch.compile traces (training/compiled.py).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,30 +30,39 @@ LEVELS = 1 << 16  # the 16-bit integers a draw is cut into take 65,536 values
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """`F.dropout(x, p, training)`, with the CPU's mask drawn 16 bits per element."""
+    return _dropped(x, p, training, residual=None)
+
+
+def _dropped(x: Tensor, p: float, training: bool, residual: Tensor | None) -> Tensor:
+    """Dropout of x, added to `residual` where one is given."""
     levels_dropped = round(_checked(p) * LEVELS)
     if not training or levels_dropped == 0:
-        return x
+        return x if residual is None else residual + x
     if (
         x.device.type != "cpu"
         or levels_dropped == LEVELS
         or not x.is_floating_point()
-        or torch.compiler.is_compiling()  # torch.compile traces no in-place random_
+        or torch.compiler.is_compiling()  # torch.compile traces no numpy generator
     ):
-        return F.dropout(x, p, training=True)
-    with torch.no_grad():
-        dropped = drop_mask(x.shape, levels_dropped)
-    # autograd keeps `dropped` for the backward, and a second derivative works as for any op
-    return x.masked_fill(dropped, 0.0) * (LEVELS / (LEVELS - levels_dropped))
+        dropped = F.dropout(x, p, training=True)
+        return dropped if residual is None else residual + dropped
+    keep = keep_mask(x.shape, levels_dropped)
+    scale = LEVELS / (LEVELS - levels_dropped)
+    # autograd keeps `keep` for the backward, and a second derivative works as for any op
+    if residual is None:
+        return torch.mul(x, keep).mul_(scale)
+    return torch.addcmul(residual, x, keep, value=scale)
 
 
-def drop_mask(shape: torch.Size, levels_dropped: int) -> Tensor:
-    """True where an element is dropped: each with probability levels_dropped / 65,536."""
+def keep_mask(shape: torch.Size, levels_dropped: int) -> Tensor:
+    """uint8, 1 where an element is kept: each dropped with probability levels_dropped / 65,536."""
     numel = shape.numel()
-    # random_ of an int64 draws from [0, 2^63) unless told the range: its top bit would be 0
-    # and every fourth integer non-negative, so the full range is asked for.
-    draws = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
-    integers = draws.view(torch.int16)[:numel].view(shape)  # uniform on [-32768, 32767]
-    return integers < levels_dropped - LEVELS // 2
+    seed = int(torch.empty((), dtype=torch.int64).random_())  # from torch's generator
+    draws = np.random.SFC64(seed).random_raw((numel + 3) // 4)
+    integers = draws.view(np.int16)[:numel]  # uniform on [-32768, 32767]
+    # numpy's comparison of int16 with a number was 3x torch's (SPEED.md, session 52)
+    kept = np.greater_equal(integers, levels_dropped - LEVELS // 2)
+    return torch.from_numpy(kept).view(torch.uint8).view(shape)
 
 
 def _checked(p: float) -> float:
@@ -63,8 +78,10 @@ class Dropout(nn.Module):
         super().__init__()
         self.p = _checked(p)  # a bad rate fails when the model is built, not at its first step
 
-    def forward(self, x: Tensor) -> Tensor:
-        return dropout(x, self.p, self.training)
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        """Dropout of x; with `residual`, residual + dropout(x) in one pass on the CPU (a
+        module call still, so that hooks on it see the residual connections' dropout too)."""
+        return _dropped(x, self.p, self.training, residual)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

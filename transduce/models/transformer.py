@@ -96,7 +96,7 @@ class Residual(nn.Module):
         return self.norm(x) if self.pre_norm else x
 
     def add(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
-        y = x + self.dropout(sublayer_output)
+        y = self.dropout(sublayer_output, x)  # x + Dropout(sublayer_output), in one pass
         return y if self.pre_norm else self.norm(y)
 
 
