@@ -11,8 +11,8 @@ expectation is exact. The draws come from numpy's SFC64 generator, seeded at eac
 torch's (so `torch.manual_seed` and the checkpointed RNG state govern them): 2-3x faster than
 torch's own 64-bit draws. The mask is one byte per element, 1 where kept, and multiplies:
 `masked_fill` and `where` with a bool mask cost 3-4x a product on the CPU. In the residual
-connection the sum is in the same pass, `addcmul(x, sublayer, keep, value=scale)`, and a site
-of `small`, forward and backward, took 1.5 ms against 3.5 (SPEED.md, session 52).
+connection the sum is in the same pass, `addcmul(x, sublayer, keep, value=scale)`: a site of
+`small`, forward and backward, 1.8 ms against 5.0, its update 1.08x (SPEED.md, session 52).
 
 A speed-only module, as `matmul.py`: other devices, and a rate that rounds to 1, take PyTorch's
 own dropout, and so does code that torch.compile traces (training/compiled.py).
