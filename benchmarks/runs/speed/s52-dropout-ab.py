@@ -11,10 +11,10 @@ in turn (after 20 of each to warm up) and prints their target tokens/s. SET: `ke
 settings, e.g. model.dropout=0.1 for the demo's rate.
 """
 
+import importlib
 import itertools
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -25,6 +25,9 @@ from transduce.models.dropout import LEVELS, Dropout
 from transduce.presets import preset
 from transduce.runtime import pick_device
 from transduce.training.loop import Trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+_timed = importlib.import_module("s51-adam-ab")._timed  # a block's target tokens/s, timed alike
 
 
 class Session10Dropout(Dropout):
@@ -71,13 +74,6 @@ def main() -> None:
             )
         geometric = torch.tensor(ratios).log().mean().exp().item()
         print(f"geometric mean {geometric:.3f}x over {rounds} rounds")
-
-
-def _timed(trainer: Trainer, block: list) -> float:
-    tokens, start = 0, time.perf_counter()
-    for pairs in block:
-        tokens += trainer._update([pairs], 1e-4).tgt_tokens
-    return tokens / (time.perf_counter() - start)
 
 
 if __name__ == "__main__":
