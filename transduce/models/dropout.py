@@ -36,22 +36,27 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
 def _dropped(x: Tensor, p: float, training: bool, residual: Tensor | None) -> Tensor:
     """Dropout of x, added to `residual` where one is given."""
     levels_dropped = round(_checked(p) * LEVELS)
-    if not training or levels_dropped == 0:
-        return x if residual is None else residual + x
-    if (
-        x.device.type != "cpu"
-        or levels_dropped == LEVELS
-        or not x.is_floating_point()
-        or torch.compiler.is_compiling()  # torch.compile traces no numpy generator
-    ):
-        dropped = F.dropout(x, p, training=True)
-        return dropped if residual is None else residual + dropped
-    keep = keep_mask(x.shape, levels_dropped)
-    scale = LEVELS / (LEVELS - levels_dropped)
-    # autograd keeps `keep` for the backward, and a second derivative works as for any op
-    if residual is None:
-        return torch.mul(x, keep).mul_(scale)
-    return torch.addcmul(residual, x, keep, value=scale)
+    dropping = training and levels_dropped > 0
+    if dropping and _cheap_mask_applies(x, levels_dropped):
+        keep = keep_mask(x.shape, levels_dropped)
+        scale = LEVELS / (LEVELS - levels_dropped)
+        # autograd keeps `keep` for the backward, and a second derivative works as for any op
+        if residual is None:
+            return torch.mul(x, keep).mul_(scale)
+        return torch.addcmul(residual, x, keep, value=scale)
+    if dropping:
+        x = F.dropout(x, p, training=True)
+    return x if residual is None else residual + x
+
+
+def _cheap_mask_applies(x: Tensor, levels_dropped: int) -> bool:
+    """Whether x takes this module's mask: a float on the CPU, a rate short of 1, not traced."""
+    return (
+        x.device.type == "cpu"
+        and levels_dropped < LEVELS
+        and x.is_floating_point()
+        and not torch.compiler.is_compiling()  # torch.compile traces no numpy generator
+    )
 
 
 def keep_mask(shape: torch.Size, levels_dropped: int) -> Tensor:
