@@ -10,18 +10,12 @@ mask against a bfloat16 mask. Milliseconds a call, the mean of 60 after 5 to war
 """
 
 import sys
-import time
+from pathlib import Path
 
 import torch
 
-
-def _ms(operation, calls: int = 60) -> float:
-    for _ in range(5):
-        operation()
-    start = time.perf_counter()
-    for _ in range(calls):
-        operation()
-    return (time.perf_counter() - start) / calls * 1e3
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
+from attention_spans import milliseconds  # a call's mean, after 5 to warm up
 
 
 def _row(rows: int, width: int) -> str:
@@ -40,7 +34,7 @@ def _row(rows: int, width: int) -> str:
         "bfloat16 hidden x uint8 mask": lambda: torch.mul(hidden, keep),
         "bfloat16 hidden x bfloat16 mask": lambda: torch.mul(hidden, keep_low),
     }
-    cells = " | ".join(f"{name} {_ms(op):.3f}" for name, op in timings.items())
+    cells = " | ".join(f"{name} {milliseconds(op, 60):.3f}" for name, op in timings.items())
     return f"{rows} x {width}: {cells} ms"
 
 
