@@ -13,6 +13,7 @@ import itertools
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -40,15 +41,8 @@ def main() -> None:
             f"{name}: fused {fused.optimizer.defaults['fused']}, "
             f"default {default.optimizer.defaults['fused']}"
         )
-        batches = itertools.chain.from_iterable(fused.epochs.batches(e) for e in itertools.count())
-        blocks = [list(itertools.islice(batches, 10)) for _ in range(2 + rounds)]
-        for trainer in (fused, default):
-            for block in blocks[:2]:
-                _timed(trainer, block)
-        for r, block in enumerate(blocks[2:], start=1):
-            rates = {
-                label: _timed(t, block) for label, t in (("fused", fused), ("default", default))
-            }
+        trainers = {"fused": fused, "default": default}
+        for r, rates in enumerate(alternated(trainers, rounds), start=1):
             print(
                 f"round {r}: fused {rates['fused']:,.0f}, default {rates['default']:,.0f} "
                 f"target tokens/s, {rates['fused'] / rates['default']:.3f}x"
@@ -62,6 +56,28 @@ def main() -> None:
                 trainer.optimizer.step()
                 times.append(time.perf_counter() - start)
             print(f"{label} Adam step alone: {sorted(times)[10] * 1e3:.1f} ms (median of 20)")
+
+
+def alternated(
+    trainers: dict[str, Trainer], rounds: int, before: Callable[[str], None] | None = None
+) -> Iterator[dict[str, float]]:
+    """Each round's target tokens/s by label: 10 updates of each Trainer in turn on the same
+    batches (the first Trainer's), after 20 of each to warm up. `before(label)` runs before each
+    of that label's blocks (to set a module-level switch, say)."""
+    first = next(iter(trainers.values()))
+    batches = itertools.chain.from_iterable(first.epochs.batches(e) for e in itertools.count())
+    blocks = [list(itertools.islice(batches, 10)) for _ in range(2 + rounds)]
+
+    def timed(label: str, block: list) -> float:
+        if before is not None:
+            before(label)
+        return _timed(trainers[label], block)
+
+    for label in trainers:
+        for block in blocks[:2]:
+            timed(label, block)
+    for block in blocks[2:]:
+        yield {label: timed(label, block) for label in trainers}
 
 
 def _timed(trainer: Trainer, block: list) -> float:

@@ -12,7 +12,6 @@ settings, e.g. model.dropout=0.1 for the demo's rate.
 """
 
 import importlib
-import itertools
 import sys
 import tempfile
 from pathlib import Path
@@ -27,7 +26,7 @@ from transduce.runtime import pick_device
 from transduce.training.loop import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-_timed = importlib.import_module("s51-adam-ab")._timed  # a block's target tokens/s, timed alike
+alternated = importlib.import_module("s51-adam-ab").alternated  # rounds of blocks, timed alike
 
 
 class Session10Dropout(Dropout):
@@ -59,14 +58,8 @@ def main() -> None:
             module.__class__ = Session10Dropout
         rates = sorted({m.p for m in sites})
         print(f"{name} {settings}: {len(sites)} dropout sites, rates {rates}")
-        batches = itertools.chain.from_iterable(new.epochs.batches(e) for e in itertools.count())
-        blocks = [list(itertools.islice(batches, 10)) for _ in range(2 + rounds)]
-        for trainer in (new, old):
-            for block in blocks[:2]:
-                _timed(trainer, block)
         ratios = []
-        for r, block in enumerate(blocks[2:], start=1):
-            rates = {label: _timed(t, block) for label, t in (("new", new), ("old", old))}
+        for r, rates in enumerate(alternated({"new": new, "old": old}, rounds), start=1):
             ratios.append(rates["new"] / rates["old"])
             print(
                 f"round {r}: new {rates['new']:,.0f}, session 10 {rates['old']:,.0f} "

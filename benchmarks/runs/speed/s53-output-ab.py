@@ -10,7 +10,6 @@ tokens/s and their ratio, then the geometric mean and the median of the ratios.
 """
 
 import importlib
-import itertools
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +24,7 @@ from transduce.runtime import pick_device
 from transduce.training.loop import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-_timed = importlib.import_module("s51-adam-ab")._timed  # a block's target tokens/s, timed alike
+alternated = importlib.import_module("s51-adam-ab").alternated  # rounds of blocks, timed alike
 
 NEW_OUTPUT = bf16._output
 
@@ -46,20 +45,12 @@ def main() -> None:
         trainers = {
             label: Trainer(config, data, Path(run) / label, False, device) for label in outputs
         }
-        batches = itertools.chain.from_iterable(
-            trainers["new"].epochs.batches(e) for e in itertools.count()
-        )
-        blocks = [list(itertools.islice(batches, 10)) for _ in range(2 + rounds)]
-        for label, trainer in trainers.items():
-            bf16._output = outputs[label]
-            for block in blocks[:2]:
-                _timed(trainer, block)
         ratios = []
-        for r, block in enumerate(blocks[2:], start=1):
-            rates = {}
-            for label, trainer in trainers.items():
-                bf16._output = outputs[label]
-                rates[label] = _timed(trainer, block)
+
+        def switch(label: str) -> None:
+            bf16._output = outputs[label]
+
+        for r, rates in enumerate(alternated(trainers, rounds, before=switch), start=1):
             ratios.append(rates["new"] / rates["old"])
             print(
                 f"round {r}: new {rates['new']:,.0f}, session 49 {rates['old']:,.0f} "
