@@ -2,13 +2,15 @@
 over the mean of the members' next-token probabilities, each member a run's final average, the
 first run's decoding settings (beam 4, alpha 1.0 for `tiny`). Not yet a feature of the toolkit.
 
-    python s54-ensemble.py DATA OUT_PREFIX RUN_DIR [RUN_DIR ...]  -> OUT_PREFIX.{dev,test}.hyp
+    python s54-ensemble.py [--alpha A] DATA OUT_PREFIX RUN_DIR [RUN_DIR ...]
+        -> OUT_PREFIX.{dev,test}.hyp
 
 DATA: a prepared folder (its dev/test .src.txt); the runs must share its vocabulary. Score with
 `transduce evaluate --hyp OUT_PREFIX.test.hyp --ref DATA/test.tgt.txt --lowercase-tokenized`."""
 
+import argparse
+import dataclasses
 import math
-import sys
 from pathlib import Path
 
 import torch
@@ -49,17 +51,25 @@ class Ensemble(torch.nn.Module):
         return torch.logsumexp(torch.stack(log_probs), 0) - math.log(len(self.members))
 
 
-def main(data, out, runs):
-    saved = [load_model(run, None) for run in runs]
-    model = Ensemble([s.model for s in saved]).eval()
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--alpha", type=float, help="length penalty (default: the first run's)")
+    parser.add_argument("data")
+    parser.add_argument("out")
+    parser.add_argument("runs", nargs="+")
+    args = parser.parse_args()
+    saved = [load_model(run) for run in args.runs]
     first = saved[0]
-    translator = Translator(model, first.vocab, first.config.decode, torch.device("cpu"),
-                            first.config.task)  # fmt: skip
+    decode = first.config.decode
+    if args.alpha is not None:
+        decode = dataclasses.replace(decode, alpha=args.alpha)
+    model = Ensemble([s.model for s in saved]).eval()
+    translator = Translator(model, first.vocab, decode, torch.device("cpu"), first.config.task)
     for split in ("dev", "test"):
-        lines = Path(f"{data}/{split}.src.txt").read_text().splitlines()
+        lines = Path(f"{args.data}/{split}.src.txt").read_text().splitlines()
         hypotheses = translator.translate(lines)
-        Path(f"{out}.{split}.hyp").write_text("".join(h[0][0] + "\n" for h in hypotheses))
+        Path(f"{args.out}.{split}.hyp").write_text("".join(h[0][0] + "\n" for h in hypotheses))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3:])
+    main()
