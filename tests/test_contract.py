@@ -2,13 +2,15 @@
 
 Families: the Transformer (post-norm; pre-norm with learned positions), the recurrent family in
 configurations that between them take every score, input feeding on and off, both encoder
-directions, both decoder initialisations and both cells, and the scripted fake of tests/fakes.py.
+directions, both decoder initialisations and both cells, the scripted fake of tests/fakes.py,
+and ensembles (models/ensemble.py) of one family and of three.
 """
 
 import pytest
 import torch
 
 from transduce.models.contract import Cache, Seq2Seq
+from transduce.models.ensemble import Ensemble
 
 from .conftest import BOS, EOS, PAD, tiny_model, tiny_rnn
 from .fakes import ScriptedSeq2Seq
@@ -33,12 +35,20 @@ FAMILIES = {
     "rnn-gru-general-bridge": lambda: tiny_rnn(
         5, cell="gru", input_feeding=False, decoder_init="bridge", n_layers=1
     ),
+    "ensemble-of-two-transformers": lambda: Ensemble([tiny_model(6), tiny_model(7)]),
+    "ensemble-of-three-families": lambda: Ensemble(
+        [tiny_model(8), tiny_rnn(9, bidirectional=True), ScriptedSeq2Seq(vocab_size=12, seed=4)]
+    ),
 }
+# Attention of different shapes (layers, heads) has no mean: that ensemble refuses to show it.
+NO_ATTENTION_MAPS = {"ensemble-of-three-families"}
 
 
 @pytest.fixture(params=sorted(FAMILIES))
 def model(request) -> Seq2Seq:
-    return FAMILIES[request.param]()
+    model = FAMILIES[request.param]()
+    model.family = request.param
+    return model
 
 
 def _sources() -> torch.Tensor:
@@ -151,6 +161,10 @@ def test_reordering_equals_recomputing_from_the_selected_prefixes(model):
 
 def test_cross_attention_is_a_distribution_over_the_real_source_positions(model):
     src, tgt = _sources(), _targets(3, 4)
+    if model.family in NO_ATTENTION_MAPS:
+        with pytest.raises(ValueError, match="attend differently"):
+            model.attention_maps(src, tgt)
+        return
     logits, maps = model.attention_maps(src, tgt)
     torch.testing.assert_close(logits, model(src, tgt), rtol=0, atol=1e-12)
     assert maps.decoder_cross

@@ -7,6 +7,7 @@ The public API, one import away; the names live in the subpackages of their pape
                              description={})
     transduce.train(transduce.tiny(), "data/ende", "runs/ende")
     translator = transduce.load("runs/ende")            # a run folder or one checkpoint file
+    # (a list of them: their ensemble, transduce.load(["runs/ende", "runs/ende-seed2"]))
     outputs = [best[0][0] for best in translator.translate(["a dog runs ."])]
     print(transduce.score(outputs, ["ein hund rennt ."]))
     print(transduce.explain("the cat sat"))             # one encoder layer, every number
@@ -32,12 +33,17 @@ from .viz import explain, translate_with_alignments
 __version__ = "0.2.0"
 
 
-def load(model: Path | str, device: str | None = None) -> Translator:
-    """A trained model, ready to translate: a run folder or a single checkpoint file."""
-    return Translator.load(Path(model), device=device)
+def load(model: Path | str | list[Path | str], device: str | None = None) -> Translator:
+    """A trained model, ready to translate: a run folder or a single checkpoint file; a list of
+    them: their ensemble (the mean of their next-token probabilities)."""
+    if isinstance(model, (Path, str)):
+        return Translator.load(Path(model), device=device)
+    return Translator.load([Path(path) for path in model], device=device)
 
 
-def translate(model: Path | str | Translator, lines: list[str], **decode: object) -> list[str]:
+def translate(
+    model: Path | str | list[Path | str] | Translator, lines: list[str], **decode: object
+) -> list[str]:
     """The best output for each line; `decode` overrides the model's settings (beam_size=...)."""
     from dataclasses import fields, replace
 

@@ -46,9 +46,19 @@ def _add_translate(verbs) -> None:
 
 def _add_model_and_search_arguments(p) -> None:
     """The model, the input and output, and the search settings (unset: the run's own)."""
-    p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint file")
     p.add_argument(
-        "--checkpoint", type=Path, help="a checkpoint file (default: average.pt, else the newest)"
+        "--model",
+        type=Path,
+        action="append",
+        required=True,
+        help="a run folder, or one checkpoint file; given several times, the models decode as "
+        "an ensemble (the mean of their next-token probabilities; one vocabulary, one task; "
+        "the first model's decoding settings)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="a checkpoint file of the one --model (default: average.pt, else the newest)",
     )
     p.add_argument("--beam", type=int, help="beam size; 1 is greedy search (default: the run's)")
     p.add_argument("--alpha", type=float, help="length penalty (default: the run's)")
@@ -150,7 +160,8 @@ def _parse(args) -> None:
     _check_writable(args.output)
     translator = Translator.load(args.model, args.checkpoint, args.device)
     if translator.task.metric != "f1":
-        raise ValueError(f"{args.model} was not trained to parse; use `transduce translate`")
+        models = ", ".join(str(path) for path in args.model)
+        raise ValueError(f"{models} was not trained to parse; use `transduce translate`")
     given = {"beam_size": args.beam, "alpha": args.alpha, "batch_size": args.batch_size}
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
     if args.constrained:

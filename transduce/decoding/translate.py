@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from ..data.batching import collate
 from ..data.bpe import Vocab
 from ..lines import sentence_list
 from ..models import Seq2Seq
+from ..models.ensemble import load_ensemble
 from ..models.int8 import Int8Weights, int8_products
 from ..models.int8 import available as int8_available
 from ..models.matmul import PackedWeights, packed_for_inference
@@ -104,22 +106,36 @@ class Translator:
     @classmethod
     def load(
         cls,
-        model: Path | str,
+        model: Path | str | Sequence[Path | str],
         checkpoint: Path | None = None,
         device: str | None = None,
         int8: bool = False,
     ) -> Translator:
         """A checkpoint file, or a run folder: its averaged model if there is one, else its
-        newest checkpoint, or `checkpoint`.
+        newest checkpoint, or `checkpoint`. Several of them (a list): their ensemble
+        (`models/ensemble.py`), with the first one's decoding settings and task.
 
         `int8`: the large products in int8 (CPU only; `models/int8.py`).
         """
-        saved = load_model(model, checkpoint)
+        paths = [model] if isinstance(model, (Path, str)) else list(model)
+        if not paths:
+            raise ValueError("no model given: name a run folder or a checkpoint file")
+        if checkpoint is not None and len(paths) > 1:
+            raise ValueError(
+                f"--checkpoint names one file, but {len(paths)} models were given: name each "
+                "model's checkpoint file as its --model instead"
+            )
         target = pick_device(device)
-        logger.info("loaded %s (step %s) on %s", saved.path, saved.step, target)
+        if len(paths) == 1:  # one model decodes as itself, not as an ensemble of one
+            saved = load_model(paths[0], checkpoint)
+            network = saved.model
+            logger.info("loaded %s (step %s) on %s", saved.path, saved.step, target)
+        else:
+            network, saved = load_ensemble(paths)
+            names = ", ".join(str(path) for path in paths)
+            logger.info("loaded an ensemble of %d models (%s) on %s", len(paths), names, target)
         config = saved.config
-        network = saved.model.to(target)
-        return cls(network, saved.vocab, config.decode, target, config.task, int8)
+        return cls(network.to(target), saved.vocab, config.decode, target, config.task, int8)
 
     def translate(
         self, lines: list[str], decode: DecodeConfig | None = None
