@@ -12,6 +12,7 @@ import torch
 import transduce
 from transduce.cli import main
 from transduce.config import Config, DecodeConfig, TaskConfig
+from transduce.data.bpe import train_joint
 from transduce.decoding.search import beam_search, length_penalty
 from transduce.decoding.translate import Translator
 from transduce.models.ensemble import Ensemble, load_ensemble
@@ -23,6 +24,7 @@ from .conftest import (
     BOS,
     EOS,
     PAD,
+    TOY_WORDS,
     tiny_model,
     tiny_model_config,
     tiny_rnn,
@@ -104,7 +106,8 @@ def test_a_wide_beam_over_an_ensemble_finds_the_exhaustive_best():
 
 def test_the_tightest_members_positions_cap_the_ensemble():
     learned = tiny_model(0, positions="learned", max_positions=20)
-    assert Ensemble([tiny_model(1), learned]).max_positions == 20
+    longer = tiny_model(2, positions="learned", max_positions=30)
+    assert Ensemble([longer, tiny_model(1), learned]).max_positions == 20
     assert Ensemble([tiny_model(1), tiny_rnn(2)]).max_positions is None
 
 
@@ -181,6 +184,12 @@ def test_models_that_cannot_decode_together_are_refused_naming_them(tmp_path):
     other_vocab = _save(tmp_path / "b.pt", toy_vocab(tmp_path / "v", vocab_size=50), 2)
     with pytest.raises(ValueError, match=r"b\.pt and .*a\.pt have different vocabularies"):
         load_ensemble([first, other_vocab])
+    # as many pieces, other ones: the ids would mean other words
+    lines = [" ".join(TOY_WORDS[i:] + TOY_WORDS[:i]).upper() for i in range(len(TOY_WORDS))]
+    upper = train_joint(lines * 30, vocab.size, tmp_path / "upper")
+    assert upper.size == vocab.size
+    with pytest.raises(ValueError, match="different vocabularies"):
+        load_ensemble([first, _save(tmp_path / "u.pt", upper, 2)])
     parser = _save(tmp_path / "p.pt", vocab, 3, task=TaskConfig(name="parse"))
     with pytest.raises(ValueError, match=r"p\.pt was trained for .*parse.*one task"):
         Translator.load([first, parser])
