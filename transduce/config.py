@@ -183,6 +183,10 @@ class TrainConfig:
     # Late dropout (Liu et al. 2023): this many first updates train without the model's dropout,
     # which only slows a young model and keeps an older one from overfitting a small corpus.
     late_dropout: int = 0
+    # R-Drop (Liang et al. 2021; training/rdrop.py): each batch passes twice under independent
+    # dropout and the loss adds alpha/2 times the two predictions' symmetric KL, `rdrop` = alpha
+    # as the paper's (5 for its IWSLT runs); an update costs about two. 0 = off, as the paper.
+    rdrop: float = 0.0
     accumulate: int = 1  # batches per update: 8 imitates the paper's 8 devices on one
     max_steps: int = 100000  # updates; the base model trains 100k (s5.2)
     max_epochs: int = 0  # 0 = no limit
@@ -212,6 +216,7 @@ class TrainConfig:
         _require(0.0 <= self.cooldown <= 1.0, "train.cooldown must be in [0, 1]")
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")
         _require(self.late_dropout >= 0, "train.late_dropout must be >= 0 (0: dropout throughout)")
+        _require(0.0 <= self.rdrop < float("inf"), "train.rdrop must be >= 0 and finite (0: off)")
         _require(self.accumulate > 0, "train.accumulate must be positive")
         _require(self.max_steps > 0, "train.max_steps must be positive")
         _require(self.max_epochs >= 0, "train.max_epochs must be >= 0 (0: no limit)")

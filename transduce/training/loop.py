@@ -262,6 +262,7 @@ class Trainer:
                 processes=self.processes,
                 autocast=self._autocast,
                 fused_loss=self.compiled,
+                rdrop=train.rdrop,
             )
         self.progress.step += 1
         self._count_bad(result.finite)

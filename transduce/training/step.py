@@ -15,6 +15,7 @@ from ..config import Config
 from ..data.batching import Batch
 from .distributed import Processes
 from .loss import model_loss
+from .rdrop import rdrop_loss
 from .schedule import set_learning_rate
 
 
@@ -45,13 +46,14 @@ def train_step(
     processes: Processes | None = None,
     autocast: Callable[[], AbstractContextManager] = nullcontext,
     fused_loss: bool = False,
+    rdrop: float = 0.0,
 ) -> StepResult:
     """One optimiser step at learning rate `rate` over `batches` (the accumulated group).
 
     The gradient is that of the loss per target token of the whole group, in all processes:
     every batch's summed loss is divided by the group's token count before its backward.
     `network` is the model or its DistributedDataParallel wrapper; `fused_loss` takes the loss's
-    compiled sums (training/compiled.py).
+    compiled sums (training/compiled.py); `rdrop` > 0 passes each batch twice (training/rdrop.py).
     """
     processes = processes or Processes()
     network.train()
@@ -61,7 +63,10 @@ def train_step(
         # DDP averages gradients over processes at the last backward of the group;
         # scaling by `world` turns that average into the sum over all the group's tokens.
         with _no_sync(network, processes, last=i == len(batches) - 1), autocast():
-            sums = model_loss(network, batch, label_smoothing, pad, fused_loss)
+            if rdrop > 0:
+                sums = rdrop_loss(network, batch, label_smoothing, pad, rdrop)
+            else:
+                sums = model_loss(network, batch, label_smoothing, pad, fused_loss)
             readings.append(_HostReading(torch.stack([sums.loss, sums.nll]).detach()))
             (sums.loss * processes.world / n_tokens).backward()
     # Read once every backward is queued: a GPU works through them while the host waits

@@ -1,0 +1,106 @@
+"""R-Drop (training/rdrop.py): the objective worked out independently, the two passes under
+different masks, the same gradients as the ordinary loss where dropout is off, and the wiring
+from `train.rdrop` to the update."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import transduce.training.step as step_module
+from transduce.config import ConfigError, TrainConfig, override
+from transduce.data.batching import collate
+from transduce.presets import tiny
+from transduce.training.loop import Trainer
+from transduce.training.loss import label_smoothed_loss
+from transduce.training.rdrop import rdrop_loss, rdrop_sums
+from transduce.training.step import train_step
+
+from .conftest import BOS, EOS, LEARNER_MODEL, PAD, small_reverse_data, tiny_model, tiny_rnn
+
+PAIRS = [([4, 5, 6], [7, 8]), ([9], [10, 11, 4, 5]), ([6, 6, 7, 8], [8])]
+
+
+def test_the_objective_is_the_mean_smoothed_loss_and_half_alpha_times_the_symmetric_kl():
+    generator = torch.Generator().manual_seed(0)
+    first, second = (torch.randn(3, 5, 12, generator=generator, dtype=torch.float64) for _ in "ab")
+    target = torch.randint(1, 12, (3, 5), generator=generator)
+    target[1, 3:] = PAD
+    sums = rdrop_sums(first, second, target, eps=0.1, pad=PAD, alpha=5.0)
+    scored = target != PAD
+    one, two = (label_smoothed_loss(x, target, 0.1, PAD) for x in (first, second))
+    log_p1, log_p2 = F.log_softmax(first, -1)[scored], F.log_softmax(second, -1)[scored]
+    kl_12 = F.kl_div(log_p2, log_p1, reduction="sum", log_target=True)  # KL(p1 || p2)
+    kl_21 = F.kl_div(log_p1, log_p2, reduction="sum", log_target=True)
+    expected = (one.loss + two.loss) / 2 + 5.0 / 2 * (kl_12 + kl_21) / 2
+    torch.testing.assert_close(sums.loss, expected)
+    torch.testing.assert_close(sums.nll, (one.nll + two.nll) / 2)
+    assert sums.n_tokens == int(scored.sum()) == 13
+    same = rdrop_sums(first, first, target, eps=0.1, pad=PAD, alpha=5.0)
+    torch.testing.assert_close(same.loss, one.loss)  # one prediction twice: no KL
+
+
+def test_the_two_passes_drop_different_units():
+    """With dropout the passes differ, so the KL term is positive and the loss exceeds the mean
+    of the two smoothed losses; alpha 0 leaves that mean."""
+    model = tiny_model(1, dropout=0.3).train()
+    batch = collate(PAIRS, PAD, BOS, EOS)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        with_kl = rdrop_loss(model, batch, 0.1, PAD, alpha=5.0)
+        torch.manual_seed(0)
+        without = rdrop_loss(model, batch, 0.1, PAD, alpha=0.0)
+    assert with_kl.loss.item() > without.loss.item() + 1e-3
+    assert with_kl.nll.item() == pytest.approx(without.nll.item())
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_without_dropout_an_update_descends_as_the_ordinary_loss(family):
+    """No dropout: both passes are one prediction, and train_step with R-Drop moves every
+    parameter as the ordinary update does (the Transformer's ordinary loss goes through the
+    chunked projection, R-Drop's through whole logits)."""
+    make = (lambda: tiny_model(5)) if family == "transformer" else (lambda: tiny_rnn(5))
+    batches = [collate(PAIRS[:2], PAD, BOS, EOS), collate(PAIRS[2:], PAD, BOS, EOS)]
+    results, params = [], []
+    for rdrop in (0.0, 5.0):
+        model = make()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        results.append(
+            train_step(
+                model, optimizer, batches, rate=0.5, label_smoothing=0.1, pad=PAD, rdrop=rdrop
+            )
+        )
+        params.append([p.detach().clone() for p in model.parameters()])
+    assert results[1].loss == pytest.approx(results[0].loss)
+    assert results[1].nll == pytest.approx(results[0].nll)
+    assert results[1].tgt_tokens == results[0].tgt_tokens  # the batch's tokens, not twice them
+    for ours, ordinary in zip(params[1], params[0], strict=True):
+        torch.testing.assert_close(ours, ordinary)
+    fresh = list(make().parameters())
+    assert any((p - q).abs().max() > 0 for p, q in zip(params[1], fresh, strict=True))  # moved
+
+
+def test_the_run_hands_its_rdrop_to_every_update(tmp_path, monkeypatch):
+    data = small_reverse_data(tmp_path)
+    received = []
+    real = step_module.rdrop_loss
+
+    def recording(network, batch, eps, pad, alpha):
+        received.append(alpha)
+        return real(network, batch, eps, pad, alpha)
+
+    monkeypatch.setattr(step_module, "rdrop_loss", recording)
+    settings = LEARNER_MODEL | {"train.max_steps": 3, "train.valid_every": 3}
+    settings |= {"train.valid_bleu": False, "train.keep_last": 1, "train.average_last": 1}
+    config = override(tiny(), settings | {"train.rdrop": 2.5})
+    Trainer(config, data, tmp_path / "run", False, torch.device("cpu")).run()
+    assert received and set(received) == {2.5}
+    received.clear()
+    plain = override(tiny(), settings)
+    Trainer(plain, data, tmp_path / "plain", False, torch.device("cpu")).run()
+    assert received == []  # off by default, as the paper
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("inf")])
+def test_a_negative_or_infinite_rdrop_is_refused(bad):
+    with pytest.raises(ConfigError, match=r"train\.rdrop must be >= 0 and finite"):
+        TrainConfig(rdrop=bad)
