@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import transduce.training.rdrop as rdrop_module
 import transduce.training.step as step_module
 from transduce.config import ConfigError, TrainConfig, override
 from transduce.data.batching import collate
@@ -37,6 +38,33 @@ def test_the_objective_is_the_mean_smoothed_loss_and_half_alpha_times_the_symmet
     assert sums.n_tokens == int(scored.sum()) == 13
     same = rdrop_sums(first, first, target, eps=0.1, pad=PAD, alpha=5.0)
     torch.testing.assert_close(same.loss, one.loss)  # one prediction twice: no KL
+
+
+@pytest.mark.parametrize("chunk_logits", [1 << 22, 3 * 12])
+def test_the_chunked_projection_gives_the_objective_and_gradients_of_the_whole_logits(
+    monkeypatch, chunk_logits
+):
+    """The Transformer's path (states and the output weight, gradients found chunk by chunk,
+    padding rows dropped) against autograd through `rdrop_sums` over whole logits; chunks of
+    three rows make several and a ragged last one."""
+    monkeypatch.setattr(rdrop_module, "CHUNK_LOGITS", chunk_logits)
+    generator = torch.Generator().manual_seed(1)
+    first, second = (torch.randn(14, 6, generator=generator) for _ in "ab")
+    weight = torch.randn(12, 6, generator=generator)
+    target = torch.randint(1, 12, (14,), generator=generator)
+    target[[2, 9, 10]] = PAD
+    leaves = [t.clone().requires_grad_() for t in (first, second, weight)]
+    loss, nll = rdrop_module._ProjectedRDrop.apply(*leaves, target, 0.1, PAD, 5.0)
+    (loss * 0.3).backward()
+    reference = [t.clone().requires_grad_() for t in (first, second, weight)]
+    h1, h2, w = reference
+    sums = rdrop_sums(h1 @ w.T, h2 @ w.T, target, 0.1, PAD, 5.0)
+    (sums.loss * 0.3).backward()
+    torch.testing.assert_close(loss, sums.loss)
+    torch.testing.assert_close(nll, sums.nll)
+    for ours, theirs in zip(leaves, reference, strict=True):
+        torch.testing.assert_close(ours.grad, theirs.grad)
+    assert first.grad is None and float(leaves[0].grad[[2, 9, 10]].abs().max()) == 0.0
 
 
 def test_the_two_passes_drop_different_units():

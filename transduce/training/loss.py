@@ -152,9 +152,8 @@ def _chunked(
     grad_kept = torch.empty_like(kept_hidden) if wanted[0] else None
     grad_weight = torch.zeros_like(weight) if wanted[1] else None
     loss, nll_sum = hidden.new_zeros(()), hidden.new_zeros(())
-    # training's products in bfloat16 where the Trainer takes that route; validation's float32
     low = any(wanted) and bf16.active()
-    projection = bf16.Projection(weight) if low else _Float32Projection(weight)
+    projection = output_projection(weight, training=any(wanted))
     vocab_size = weight.size(0)
     rows = max(1, CHUNK_LOGITS // vocab_size)
     if low:  # chunks of whole PAD_ROWS: only the last is padded for bfloat16's products
@@ -188,6 +187,13 @@ def _chunked(
     if grad_kept is not None:
         grad_hidden = torch.zeros_like(hidden).index_copy_(0, scored, grad_kept)
     return loss, nll_sum, grad_hidden, grad_weight
+
+
+def output_projection(weight: Tensor, training: bool) -> bf16.Projection | _Float32Projection:
+    """The three products of a chunked loss with the output weight (the logits, and the
+    gradients for the states and the weight): training's in bfloat16 where the Trainer takes that
+    route (`models/bf16.py`), validation's in float32."""
+    return bf16.Projection(weight) if training and bf16.active() else _Float32Projection(weight)
 
 
 class _Float32Projection:

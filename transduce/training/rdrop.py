@@ -11,9 +11,16 @@ loss stays on the scale of an ordinary update's. Each update then costs about tw
 what makes the passes differ: without it the KL term is zero and this is the ordinary loss,
 twice over.
 
-The two passes go as one batch of twice the rows (each row's masks drawn independently), and the
-logits are made whole: not the chunked projection of `loss.py`, so an update holds about twice
-the (tokens x V) logits in memory.
+The two passes go as one batch of twice the rows (each row's masks drawn independently). For a
+model with an output weight (the Transformer) the loss projects both passes' states a chunk at a
+time and finds its gradients in the same pass, as `loss.projected_label_smoothed_loss` does for
+one: with d = log p1 - log p2, the gradient for pass 1's logits is
+
+    (p1 - q') / 2  +  alpha / 4 * (p1 * (d - KL(p1 || p2)) + p1 - p2)
+
+and pass 2's the same with the passes swapped (q' s5.4's smoothed target). Through autograd over
+whole logits instead, an update of `tiny` took 3.5 s and 8.2 GB (benchmarks/SPEED.md, session 55).
+Other families go through autograd over their logits (`rdrop_sums`).
 """
 
 from __future__ import annotations
@@ -21,8 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..models.matmul import linear
-from .loss import MASK_FREE_DEVICES, LossSums
+from .loss import CHUNK_LOGITS, MASK_FREE_DEVICES, LossSums, output_projection
 
 
 def rdrop_loss(network: torch.nn.Module, batch, eps: float, pad: int, alpha: float) -> LossSums:
@@ -31,12 +37,14 @@ def rdrop_loss(network: torch.nn.Module, batch, eps: float, pad: int, alpha: flo
     model = getattr(network, "module", network)
     weight = getattr(model, "output_weight", None)
     if weight is None:
-        logits = network(src, tgt_in)
-    else:
-        src_padded = batch.src_padded or src.device.type not in MASK_FREE_DEVICES
-        logits = linear(network(src, tgt_in, project=False, src_padded=src_padded), weight)
-    first, second = logits.chunk(2)
-    return rdrop_sums(first, second, batch.tgt_out, eps, pad, alpha)
+        first, second = network(src, tgt_in).chunk(2)
+        return rdrop_sums(first, second, batch.tgt_out, eps, pad, alpha)
+    src_padded = batch.src_padded or src.device.type not in MASK_FREE_DEVICES
+    hidden = network(src, tgt_in, project=False, src_padded=src_padded)
+    first, second = (h.reshape(-1, h.size(-1)) for h in hidden.chunk(2))
+    target = batch.tgt_out.reshape(-1)
+    loss, nll = _ProjectedRDrop.apply(first, second, weight, target, eps, pad, alpha)
+    return LossSums(loss=loss, nll=nll, scored=int((target != pad).sum()))
 
 
 def rdrop_sums(
@@ -72,3 +80,63 @@ def _nll(log_probs: Tensor, target: Tensor) -> Tensor:
 def _smoothed(log_probs: Tensor, target: Tensor, eps: float) -> Tensor:
     """s5.4: (1 - eps) * -log p(y) + eps / V * sum_k -log p(k), per position."""
     return (1.0 - eps) * _nll(log_probs, target) - eps * log_probs.mean(-1)
+
+
+class _ProjectedRDrop(torch.autograd.Function):
+    """(summed objective, summed mean nll) of both passes' states (N, d) projected by the weight
+    (V, d); the gradients are found in the forward pass (`_chunked`), scaled in the backward."""
+
+    @staticmethod
+    def forward(ctx, first, second, weight, target, eps: float, pad: int, alpha: float):
+        loss, nll, *ctx.grads = _chunked(first, second, weight, target, eps, pad, alpha)
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
+        grads, ctx.grads = ctx.grads, []  # once: their memory goes with this call
+        return (*(g.mul_(grad_loss) for g in grads), None, None, None, None)
+
+
+def _chunked(first, second, weight, target, eps: float, pad: int, alpha: float):
+    """The sums and the gradients for both passes' states and the weight, padding rows dropped,
+    a chunk of rows of both passes projected together."""
+    scored = (target != pad).nonzero().squeeze(1)
+    kept = [first.index_select(0, scored), second.index_select(0, scored)]
+    kept_target = target.index_select(0, scored)
+    grad_kept = [torch.empty_like(kept[0]), torch.empty_like(kept[1])]
+    grad_weight = torch.zeros_like(weight)
+    loss, nll_sum = first.new_zeros(()), first.new_zeros(())
+    projection = output_projection(weight, training=True)
+    vocab_size = weight.size(0)
+    rows = max(1, CHUNK_LOGITS // (2 * vocab_size))
+    for start in range(0, kept_target.size(0), rows):
+        end = min(start + rows, kept_target.size(0))
+        h = torch.cat([kept[0][start:end], kept[1][start:end]])  # (2r, d)
+        y = kept_target[start:end].unsqueeze(-1)
+        log_p = torch.log_softmax(projection.logits(h), -1)
+        log_p1, log_p2 = log_p.chunk(2)
+        nll = -(log_p1.gather(-1, y) + log_p2.gather(-1, y)) / 2  # (r, 1)
+        uniform = -log_p.mean(-1, keepdim=True).view(2, -1, 1).sum(0) / 2
+        d = log_p1 - log_p2
+        p = log_p.exp_()  # written over the log-probabilities: one (2r, V) buffer less
+        p1, p2 = p.chunk(2)
+        kl_12, kl_21 = (p1 * d).sum(-1, keepdim=True), -(p2 * d).sum(-1, keepdim=True)
+        loss += ((1.0 - eps) * nll + eps * uniform + alpha / 4 * (kl_12 + kl_21)).sum()
+        nll_sum += nll.sum()
+        # the gradients for both passes' logits, as the module's doc derives them
+        difference = p1 - p2
+        grad = torch.cat([p1 * (d - kl_12) + difference, p2 * (-d - kl_21) - difference]).mul_(
+            alpha / 4
+        )
+        grad.add_(p, alpha=0.5).sub_(eps / vocab_size / 2)
+        grad.view(2, -1, vocab_size).scatter_add_(
+            -1, y.expand(2, -1, 1), grad.new_full((2, end - start, 1), (eps - 1.0) / 2)
+        )
+        grad_h, grad_w = projection.gradients(grad, h, (True, True))
+        grad_kept[0][start:end], grad_kept[1][start:end] = grad_h.chunk(2)
+        grad_weight += grad_w
+        del log_p, p, d, grad, grad_h, grad_w
+    grads = [torch.zeros_like(first).index_copy_(0, scored, g) for g in grad_kept]
+    return loss, nll_sum, *grads, grad_weight
