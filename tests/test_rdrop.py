@@ -67,10 +67,12 @@ def test_the_chunked_projection_gives_the_objective_and_gradients_of_the_whole_l
     assert first.grad is None and float(leaves[0].grad[[2, 9, 10]].abs().max()) == 0.0
 
 
-def test_the_two_passes_drop_different_units():
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_the_two_passes_drop_different_units(family):
     """With dropout the passes differ, so the KL term is positive and the loss exceeds the mean
     of the two smoothed losses; alpha 0 leaves that mean."""
-    model = tiny_model(1, dropout=0.3).train()
+    make = tiny_model if family == "transformer" else tiny_rnn
+    model = make(1, dropout=0.3).train()
     batch = collate(PAIRS, PAD, BOS, EOS)
     with torch.no_grad():
         torch.manual_seed(0)
