@@ -2,6 +2,8 @@
 different masks, the same gradients as the ordinary loss where dropout is off, and the wiring
 from `train.rdrop` to the update."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -134,3 +136,35 @@ def test_the_run_hands_its_rdrop_to_every_update(tmp_path, monkeypatch):
 def test_a_negative_or_infinite_rdrop_is_refused(bad):
     with pytest.raises(ConfigError, match=r"train\.rdrop must be >= 0 and finite"):
         TrainConfig(rdrop=bad)
+
+
+def test_on_the_bfloat16_route_both_passes_project_in_bfloat16_within_its_rounding(monkeypatch):
+    """Inside `bf16.products` (training on a CPU with AMX) the chunks take `bf16.Projection`,
+    once per update, and the sums and gradients stay within bfloat16's rounding of float32's."""
+    from transduce.models import bf16
+
+    made = []
+
+    class Projection(bf16.Projection):
+        def __init__(self, weight):
+            made.append(weight)
+            super().__init__(weight)
+
+    monkeypatch.setattr(bf16, "Projection", Projection)
+    generator = torch.Generator().manual_seed(2)
+    first, second = (torch.randn(60, 32, generator=generator) for _ in "ab")
+    weight = 0.2 * torch.randn(300, 32, generator=generator)  # logits of a few nats
+    target = torch.randint(3, 300, (60,), generator=generator)
+    target[50:] = PAD
+    results = []
+    for route in (False, True):
+        leaves = [t.clone().requires_grad_() for t in (first, second, weight)]
+        with bf16.products() if route else contextlib.nullcontext():
+            loss, _ = rdrop_module._ProjectedRDrop.apply(*leaves, target, 0.1, PAD, 5.0)
+        loss.backward()
+        results.append((loss, [leaf.grad for leaf in leaves]))
+    assert len(made) == 1
+    (exact, exact_grads), (low, low_grads) = results
+    torch.testing.assert_close(low, exact, rtol=1e-2, atol=0)
+    for ours, theirs in zip(low_grads, exact_grads, strict=True):
+        assert (ours - theirs).norm() <= 2e-2 * theirs.norm()
