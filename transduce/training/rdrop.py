@@ -128,12 +128,15 @@ def _chunked(first, second, weight, target, eps: float, pad: int, alpha: float):
         kl_12, kl_21 = (p1 * d).sum(-1, keepdim=True), -(p2 * d).sum(-1, keepdim=True)
         loss += ((1.0 - eps) * nll + eps * uniform + alpha / 4 * (kl_12 + kl_21)).sum()
         nll_sum += nll.sum()
-        # the gradients for both passes' logits, as the module's doc derives them
-        difference = p1 - p2
-        grad = torch.cat([p1 * (d - kl_12) + difference, p2 * (-d - kl_21) - difference]).mul_(
-            alpha / 4
-        )
-        grad.add_(p, alpha=0.5).sub_(eps / vocab_size / 2)
+        # The gradients for both passes' logits, as the module's doc derives them, in place (a =
+        # alpha / 4): pass 1's p1 (a (d - KL12 + 1) + 1/2) - a p2, pass 2's with the passes
+        # swapped (d -> -d), less eps / V / 2 everywhere and (1 - eps) / 2 at the target.
+        a = alpha / 4
+        grad = torch.empty_like(p)
+        grad_1, grad_2 = grad.chunk(2)
+        torch.sub(d, kl_12, out=grad_1).mul_(a).add_(a + 0.5).mul_(p1).sub_(p2, alpha=a)
+        torch.add(d, kl_21, out=grad_2).mul_(-a).add_(a + 0.5).mul_(p2).sub_(p1, alpha=a)
+        grad.sub_(eps / vocab_size / 2)
         grad.view(2, -1, vocab_size).scatter_add_(
             -1, y.expand(2, -1, 1), grad.new_full((2, end - start, 1), (eps - 1.0) / 2)
         )
