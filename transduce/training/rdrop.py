@@ -7,7 +7,7 @@ label-smoothed loss, the update minimises
     (L_ls(p1) + L_ls(p2)) / 2  +  alpha / 2 * (KL(p1 || p2) + KL(p2 || p1)) / 2
 
 which is the paper's eq. 3 halved, so that `alpha` is the paper's (5 for its IWSLT runs) and the
-loss stays on the scale of an ordinary update's. Each update then costs more than two (2.4 at
+loss stays on the scale of an ordinary update's. Each update then costs more than two (2.3 at
 `tiny` on a 2-core AVX2 CPU: the loss's own work grows too). Dropout is
 what makes the passes differ: without it the KL term is zero and this is the ordinary loss,
 twice over.
@@ -20,8 +20,9 @@ one: with d = log p1 - log p2, the gradient for pass 1's logits is
     (p1 - q') / 2  +  alpha / 4 * (p1 * (d - KL(p1 || p2)) + p1 - p2)
 
 and pass 2's the same with the passes swapped (q' s5.4's smoothed target). Through autograd over
-whole logits instead, `tiny` trained at 1,093 target tokens/s and peaked at 8.2 GB, against 1,615
-and 1.5 GB this way (the ordinary update: 3,923 and 0.97 GB; benchmarks/SPEED.md, session 55).
+whole logits instead, `tiny` trained at 1,093 target tokens/s and peaked at 8.2 GB, against
+1,720-1,764 and 1.5 GB this way (the ordinary update: 4,041-4,068 and 0.93-0.95 GB;
+benchmarks/SPEED.md, session 55).
 Other families go through autograd over their logits (`rdrop_sums`). Written for the CPU: on a
 GPU it runs, without the compiled chunks of the ordinary loss.
 """
