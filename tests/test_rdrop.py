@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import transduce.training.loss as loss_module
 import transduce.training.rdrop as rdrop_module
 import transduce.training.step as step_module
 from transduce.config import ConfigError, TrainConfig, override
@@ -42,14 +43,14 @@ def test_the_objective_is_the_mean_smoothed_loss_and_half_alpha_times_the_symmet
     torch.testing.assert_close(same.loss, one.loss)  # one prediction twice: no KL
 
 
-@pytest.mark.parametrize("chunk_logits", [1 << 22, 3 * 12])
+@pytest.mark.parametrize("chunk_logits", [1 << 22, 6 * 12])
 def test_the_chunked_projection_gives_the_objective_and_gradients_of_the_whole_logits(
     monkeypatch, chunk_logits
 ):
     """The Transformer's path (states and the output weight, gradients found chunk by chunk,
     padding rows dropped) against autograd through `rdrop_sums` over whole logits; chunks of
     three rows make several and a ragged last one."""
-    monkeypatch.setattr(rdrop_module, "CHUNK_LOGITS", chunk_logits)
+    monkeypatch.setattr(loss_module, "CHUNK_LOGITS", chunk_logits)
     generator = torch.Generator().manual_seed(1)
     first, second = (torch.randn(14, 6, generator=generator) for _ in "ab")
     weight = torch.randn(12, 6, generator=generator)

@@ -110,9 +110,9 @@ def _mean_by_layer(members: list[list[Tensor]]) -> list[Tensor]:
     shapes = [[tuple(layer.shape) for layer in layers] for layers in members]
     if any(s != shapes[0] for s in shapes):
         raise ValueError(
-            "the ensemble's models attend differently (layers, heads or lengths "
-            f"{[len(s) for s in shapes]} ...): attention views and alignments need models of one "
-            "shape, or one model"
+            f"the ensemble's models attend differently ({[len(s) for s in shapes]} layers; "
+            "heads and lengths must match too): attention views and alignments need models of "
+            "one shape, or one model"
         )
     return [torch.stack(layer).mean(0) for layer in zip(*members, strict=True)]
 

@@ -47,14 +47,24 @@ def smoothed_sums(
     logits: Tensor, target: Tensor, eps: float, pad: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(summed label-smoothed loss, summed nll, count) over the non-pad targets."""
+    scored = target != pad
+    loss, nll = smoothed_per_position(log_probs_of(logits), target, eps)
+    return loss.masked_fill(~scored, 0.0).sum(), nll.masked_fill(~scored, 0.0).sum(), scored.sum()
+
+
+def log_probs_of(logits: Tensor) -> Tensor:
+    """log_softmax over the vocabulary, half-precision logits raised to float32 first: the
+    log-softmax of a large vocabulary needs it."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
-    log_probs = torch.log_softmax(logits, dim=-1)
-    scored = target != pad
+    return torch.log_softmax(logits, dim=-1)
+
+
+def smoothed_per_position(log_probs: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """(label-smoothed loss, nll) at every position: log_probs (..., V), target (...)."""
     nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...)
     uniform = -log_probs.mean(dim=-1)  # eps / V * sum_k -log p(k), without eps
-    loss = (1.0 - eps) * nll + eps * uniform
-    return loss.masked_fill(~scored, 0.0).sum(), nll.masked_fill(~scored, 0.0).sum(), scored.sum()
+    return (1.0 - eps) * nll + eps * uniform, nll
 
 
 @functools.cache
@@ -155,9 +165,7 @@ def _chunked(
     low = any(wanted) and bf16.active()
     projection = output_projection(weight, training=any(wanted))
     vocab_size = weight.size(0)
-    rows = max(1, CHUNK_LOGITS // vocab_size)
-    if low:  # chunks of whole PAD_ROWS: only the last is padded for bfloat16's products
-        rows = max(bf16.PAD_ROWS, rows - rows % bf16.PAD_ROWS)
+    rows = chunk_rows(vocab_size, low)
     for start in range(0, kept_hidden.size(0), rows):
         h, y = kept_hidden[start : start + rows], kept_target[start : start + rows].unsqueeze(-1)
         logits = projection.logits(h)  # (r, V)
@@ -187,6 +195,16 @@ def _chunked(
     if grad_kept is not None:
         grad_hidden = torch.zeros_like(hidden).index_copy_(0, scored, grad_kept)
     return loss, nll_sum, grad_hidden, grad_weight
+
+
+def chunk_rows(vocab_size: int, low: bool, passes: int = 1) -> int:
+    """Rows of each of `passes` passes that a chunk of the projection takes: ~CHUNK_LOGITS
+    logits in all, and on the bfloat16 route (`low`) whole PAD_ROWS in all, so that only the
+    last chunk is padded for bfloat16's products."""
+    rows = max(1, CHUNK_LOGITS // vocab_size)
+    if low:
+        rows = max(bf16.PAD_ROWS, rows - rows % bf16.PAD_ROWS)
+    return max(1, rows // passes)
 
 
 def output_projection(weight: Tensor, training: bool) -> bf16.Projection | _Float32Projection:

@@ -32,7 +32,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .loss import CHUNK_LOGITS, MASK_FREE_DEVICES, LossSums, output_projection
+from ..models import bf16
+from .loss import (
+    MASK_FREE_DEVICES,
+    LossSums,
+    chunk_rows,
+    log_probs_of,
+    output_projection,
+    smoothed_per_position,
+)
 
 
 def rdrop_loss(network: torch.nn.Module, batch, eps: float, pad: int, alpha: float) -> LossSums:
@@ -57,33 +65,19 @@ def rdrop_sums(
     """Sums over the non-pad targets of the objective above (`loss`) and of the two passes'
     mean negative log-likelihood (`nll`); logits (..., V), target (...)."""
     scored = target != pad
-    log_p1, log_p2 = _log_probs(first), _log_probs(second)
-    smoothed = (_smoothed(log_p1, target, eps) + _smoothed(log_p2, target, eps)) / 2
+    log_p1, log_p2 = log_probs_of(first), log_probs_of(second)
+    (smoothed_1, nll_1), (smoothed_2, nll_2) = (
+        smoothed_per_position(log_p, target, eps) for log_p in (log_p1, log_p2)
+    )
     # (KL(p1||p2) + KL(p2||p1)) / 2 = sum_k (p1 - p2)(log p1 - log p2) / 2
     symmetric_kl = ((log_p1.exp() - log_p2.exp()) * (log_p1 - log_p2)).sum(-1) / 2
-    loss = smoothed + alpha / 2 * symmetric_kl
-    nll = (_nll(log_p1, target) + _nll(log_p2, target)) / 2
+    loss = (smoothed_1 + smoothed_2) / 2 + alpha / 2 * symmetric_kl
+    nll = (nll_1 + nll_2) / 2
     return LossSums(
         loss=loss.masked_fill(~scored, 0.0).sum(),
         nll=nll.masked_fill(~scored, 0.0).sum(),
         scored=scored.sum(),
     )
-
-
-def _log_probs(logits: Tensor) -> Tensor:
-    """In float32 at least: half-precision logits are raised, as `loss.smoothed_sums` does."""
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    return torch.log_softmax(logits, dim=-1)
-
-
-def _nll(log_probs: Tensor, target: Tensor) -> Tensor:
-    return -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-
-
-def _smoothed(log_probs: Tensor, target: Tensor, eps: float) -> Tensor:
-    """s5.4: (1 - eps) * -log p(y) + eps / V * sum_k -log p(k), per position."""
-    return (1.0 - eps) * _nll(log_probs, target) - eps * log_probs.mean(-1)
 
 
 class _ProjectedRDrop(torch.autograd.Function):
@@ -111,39 +105,47 @@ def _chunked(first, second, weight, target, eps: float, pad: int, alpha: float):
     kept_target = target.index_select(0, scored)
     grad_kept = [torch.empty_like(kept[0]), torch.empty_like(kept[1])]
     grad_weight = torch.zeros_like(weight)
-    loss, nll_sum = first.new_zeros(()), first.new_zeros(())
+    loss, nll = first.new_zeros(()), first.new_zeros(())
     projection = output_projection(weight, training=True)
-    vocab_size = weight.size(0)
-    rows = max(1, CHUNK_LOGITS // (2 * vocab_size))
+    rows = chunk_rows(weight.size(0), bf16.active(), passes=2)
     for start in range(0, kept_target.size(0), rows):
         end = min(start + rows, kept_target.size(0))
         h = torch.cat([kept[0][start:end], kept[1][start:end]])  # (2r, d)
-        y = kept_target[start:end].unsqueeze(-1)
         log_p = torch.log_softmax(projection.logits(h), -1)
-        log_p1, log_p2 = log_p.chunk(2)
-        nll = -(log_p1.gather(-1, y) + log_p2.gather(-1, y)) / 2  # (r, 1)
-        uniform = -log_p.mean(-1, keepdim=True).view(2, -1, 1).sum(0) / 2
-        d = log_p1 - log_p2
-        p = log_p.exp_()  # written over the log-probabilities: one (2r, V) buffer less
-        p1, p2 = p.chunk(2)
-        kl_12, kl_21 = (p1 * d).sum(-1, keepdim=True), -(p2 * d).sum(-1, keepdim=True)
-        loss += ((1.0 - eps) * nll + eps * uniform + alpha / 4 * (kl_12 + kl_21)).sum()
-        nll_sum += nll.sum()
-        # The gradients for both passes' logits, as the module's doc derives them, in place (a =
-        # alpha / 4): pass 1's p1 (a (d - KL12 + 1) + 1/2) - a p2, pass 2's with the passes
-        # swapped (d -> -d), less eps / V / 2 everywhere and (1 - eps) / 2 at the target.
-        a = alpha / 4
-        grad = torch.empty_like(p)
-        grad_1, grad_2 = grad.chunk(2)
-        torch.sub(d, kl_12, out=grad_1).mul_(a).add_(a + 0.5).mul_(p1).sub_(p2, alpha=a)
-        torch.add(d, kl_21, out=grad_2).mul_(-a).add_(a + 0.5).mul_(p2).sub_(p1, alpha=a)
-        grad.sub_(eps / vocab_size / 2)
-        grad.view(2, -1, vocab_size).scatter_add_(
-            -1, y.expand(2, -1, 1), grad.new_full((2, end - start, 1), (eps - 1.0) / 2)
+        chunk_loss, chunk_nll, grad = _chunk_sums_and_gradient(
+            log_p, kept_target[start:end].unsqueeze(-1), eps, alpha
         )
+        loss, nll = loss + chunk_loss, nll + chunk_nll
         grad_h, grad_w = projection.gradients(grad, h, (True, True))
         grad_kept[0][start:end], grad_kept[1][start:end] = grad_h.chunk(2)
         grad_weight += grad_w
-        del log_p, p, d, grad, grad_h, grad_w
+        del log_p, grad, grad_h, grad_w  # one chunk's (2r, V) buffers at any time
     grads = [torch.zeros_like(first).index_copy_(0, scored, g) for g in grad_kept]
-    return loss, nll_sum, *grads, grad_weight
+    return loss, nll, *grads, grad_weight
+
+
+def _chunk_sums_and_gradient(log_p: Tensor, y: Tensor, eps: float, alpha: float):
+    """One chunk: log_p (2r, V), pass 1's rows then pass 2's, y (r, 1) -> (summed objective,
+    summed mean nll, the gradient for the (2r, V) logits). `log_p` is overwritten."""
+    vocab_size = log_p.size(-1)
+    log_p1, log_p2 = log_p.chunk(2)
+    nll = -(log_p1.gather(-1, y) + log_p2.gather(-1, y)) / 2  # (r, 1)
+    uniform = -log_p.mean(-1, keepdim=True).view(2, -1, 1).sum(0) / 2
+    d = log_p1 - log_p2
+    p = log_p.exp_()  # written over the log-probabilities: one (2r, V) buffer less
+    p1, p2 = p.chunk(2)
+    kl_12, kl_21 = (p1 * d).sum(-1, keepdim=True), -(p2 * d).sum(-1, keepdim=True)
+    loss = ((1.0 - eps) * nll + eps * uniform + alpha / 4 * (kl_12 + kl_21)).sum()
+    # The gradients, as the module's doc derives them, in place (a = alpha / 4): pass 1's
+    # p1 (a (d - KL12 + 1) + 1/2) - a p2, pass 2's with the passes swapped (d -> -d), less
+    # eps / V / 2 everywhere and (1 - eps) / 2 at the target.
+    a = alpha / 4
+    grad = torch.empty_like(p)
+    grad_1, grad_2 = grad.chunk(2)
+    torch.sub(d, kl_12, out=grad_1).mul_(a).add_(a + 0.5).mul_(p1).sub_(p2, alpha=a)
+    torch.add(d, kl_21, out=grad_2).mul_(-a).add_(a + 0.5).mul_(p2).sub_(p1, alpha=a)
+    grad.sub_(eps / vocab_size / 2)
+    grad.view(2, -1, vocab_size).scatter_add_(
+        -1, y.expand(2, -1, 1), grad.new_full((2, y.size(0), 1), (eps - 1.0) / 2)
+    )
+    return loss, nll.sum(), grad
