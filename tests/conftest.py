@@ -192,6 +192,28 @@ def save_toy_model(folder: Path, decode=None) -> Path:
     return path
 
 
+def save_seeded_model(path: Path, vocab, seed: int, task=None, decode=None, **model) -> Path:
+    """A float32 checkpoint of a seeded tiny Transformer over `vocab` (`model`: its config's
+    changes), as training writes one; decoding settings `decode`, default short beams of 2."""
+    from transduce.config import Config, DecodeConfig, TaskConfig
+    from transduce.training.checkpoint import save
+
+    config = Config(
+        model=tiny_model_config(vocab_size=vocab.size, **model),
+        decode=decode or DecodeConfig(beam_size=2, max_len_b=5),
+        task=task or TaskConfig(),
+    )
+    torch.manual_seed(seed)
+    state = {
+        "config": config.to_json(),
+        "model": Transformer(config.model, pad=vocab.pad).state_dict(),
+        "vocab": vocab.serialized,
+        "step": seed,
+    }
+    save(state, path)
+    return path
+
+
 # Debian's chromium package, driven by Playwright: never a browser download (CI installs it).
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

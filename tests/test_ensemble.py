@@ -11,13 +11,12 @@ import torch
 
 import transduce
 from transduce.cli import main
-from transduce.config import Config, DecodeConfig, TaskConfig
+from transduce.config import DecodeConfig, TaskConfig
 from transduce.data.bpe import train_joint
 from transduce.decoding.search import beam_search, length_penalty
 from transduce.decoding.translate import Translator
 from transduce.models.ensemble import Ensemble, load_ensemble
 from transduce.models.transformer import Transformer
-from transduce.training.checkpoint import save
 from transduce.viz.alignment import translate_with_alignments
 
 from .conftest import (
@@ -25,8 +24,8 @@ from .conftest import (
     EOS,
     PAD,
     TOY_WORDS,
+    save_seeded_model,
     tiny_model,
-    tiny_model_config,
     tiny_rnn,
     toy_vocab,
     write_lines,
@@ -135,31 +134,15 @@ def test_same_shaped_members_attend_with_the_mean_of_their_weights():
             torch.testing.assert_close(ours, (pair[0] + pair[1]) / 2)
 
 
-def _save(path, vocab, seed, task=None, decode=None, **model):
-    """A float32 checkpoint of a seeded tiny Transformer over `vocab`, as training writes one."""
-    config = Config(
-        model=tiny_model_config(vocab_size=vocab.size, **model),
-        decode=decode or DecodeConfig(beam_size=2, max_len_b=5),
-        task=task or TaskConfig(),
-    )
-    torch.manual_seed(seed)
-    state = {
-        "config": config.to_json(),
-        "model": Transformer(config.model, pad=vocab.pad).state_dict(),
-        "vocab": vocab.serialized,
-        "step": seed,
-    }
-    save(state, path)
-    return path
-
-
 LINES = ["the dog runs", "green grass", "", "children playing outside the dog"]
 
 
 def test_two_saved_models_translate_as_their_ensemble_from_python_and_the_cli(tmp_path, capsys):
     vocab = toy_vocab(tmp_path)
-    first = _save(tmp_path / "a.pt", vocab, 1, decode=DecodeConfig(beam_size=3, max_len_b=6))
-    second = _save(tmp_path / "b.pt", vocab, 2, n_layers=1, h=4, d_k=4, d_v=4)  # another shape
+    decode = DecodeConfig(beam_size=3, max_len_b=6)
+    first = save_seeded_model(tmp_path / "a.pt", vocab, 1, decode=decode)
+    # another shape
+    second = save_seeded_model(tmp_path / "b.pt", vocab, 2, n_layers=1, h=4, d_k=4, d_v=4)
     translator = Translator.load([first, second])
     members = [Translator.load(first).model, Translator.load(second).model]
     expected = Translator(Ensemble(members), vocab, DecodeConfig(beam_size=3, max_len_b=6),
@@ -174,14 +157,14 @@ def test_two_saved_models_translate_as_their_ensemble_from_python_and_the_cli(tm
 
 
 def test_one_saved_model_is_loaded_as_itself_not_as_an_ensemble(tmp_path):
-    model = Translator.load([_save(tmp_path / "a.pt", toy_vocab(tmp_path), 1)]).model
+    model = Translator.load([save_seeded_model(tmp_path / "a.pt", toy_vocab(tmp_path), 1)]).model
     assert isinstance(model, Transformer)
 
 
 def test_models_that_cannot_decode_together_are_refused_naming_them(tmp_path):
     vocab = toy_vocab(tmp_path)
-    first = _save(tmp_path / "a.pt", vocab, 1)
-    other_vocab = _save(tmp_path / "b.pt", toy_vocab(tmp_path / "v", vocab_size=50), 2)
+    first = save_seeded_model(tmp_path / "a.pt", vocab, 1)
+    other_vocab = save_seeded_model(tmp_path / "b.pt", toy_vocab(tmp_path / "v", vocab_size=50), 2)
     with pytest.raises(ValueError, match=r"b\.pt and .*a\.pt have different vocabularies"):
         load_ensemble([first, other_vocab])
     # as many pieces, other ones: the ids would mean other words
@@ -189,11 +172,11 @@ def test_models_that_cannot_decode_together_are_refused_naming_them(tmp_path):
     upper = train_joint(lines * 30, vocab.size, tmp_path / "upper")
     assert upper.size == vocab.size
     with pytest.raises(ValueError, match="different vocabularies"):
-        load_ensemble([first, _save(tmp_path / "u.pt", upper, 2)])
-    parser = _save(tmp_path / "p.pt", vocab, 3, task=TaskConfig(name="parse"))
+        load_ensemble([first, save_seeded_model(tmp_path / "u.pt", upper, 2)])
+    parser = save_seeded_model(tmp_path / "p.pt", vocab, 3, task=TaskConfig(name="parse"))
     with pytest.raises(ValueError, match=r"p\.pt was trained for .*parse.*one task"):
         Translator.load([first, parser])
-    lowercased = _save(
+    lowercased = save_seeded_model(
         tmp_path / "l.pt", vocab, 4, task=TaskConfig(tokenize="none", lowercase=True)
     )
     with pytest.raises(ValueError, match=r"l\.pt was trained for .*lowercase=True"):
@@ -206,12 +189,13 @@ def test_models_that_cannot_decode_together_are_refused_naming_them(tmp_path):
 
 def test_alignments_come_from_a_same_shaped_ensemble_and_are_refused_otherwise(tmp_path):
     vocab = toy_vocab(tmp_path)
-    first, second = _save(tmp_path / "a.pt", vocab, 1), _save(tmp_path / "b.pt", vocab, 2)
+    first = save_seeded_model(tmp_path / "a.pt", vocab, 1)
+    second = save_seeded_model(tmp_path / "b.pt", vocab, 2)
     aligned = translate_with_alignments(Translator.load([first, second]), LINES)
     assert [text for text, _ in aligned] == [
         hyps[0][0] for hyps in Translator.load([first, second]).translate(LINES)
     ]
     assert all(links for text, links in aligned if text)
-    odd = _save(tmp_path / "c.pt", vocab, 3, n_layers=1)
+    odd = save_seeded_model(tmp_path / "c.pt", vocab, 3, n_layers=1)
     with pytest.raises(ValueError, match="attend differently"):
         translate_with_alignments(Translator.load([first, odd]), LINES)

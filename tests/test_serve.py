@@ -228,6 +228,7 @@ def test_the_models_description_is_the_served_models_own(tmp_path):
         "max_positions": translator.model.config.max_positions,
         "device": "cpu:0",
         "decode": {"beam_size": 3, "alpha": 0.8, "max_len_b": 7, "n_best": 2},
+        "attention": True,
     }
     assert described["parameters"] > 0
     ModelList(models=[described])  # the response's schema takes it
@@ -270,11 +271,13 @@ def test_the_serve_verb_hands_its_flags_to_the_decoder_and_the_server(monkeypatc
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.update(threads=n))
     main(["-q", "serve", "--model", "m.pt", "--device", "cpu", "--int8", "--threads", "2",
           "--port", "8123", "--max-sentences", "7", "--batch-wait-ms", "3"])  # fmt: skip
-    assert seen["engine"] == ("process", (Path("m.pt"), "cpu", True, 2)) and seen["quiet"]
+    assert seen["engine"] == ("process", ([Path("m.pt")], "cpu", True, 2)) and seen["quiet"]
     assert seen["settings"] == replace(ServeSettings(), port=8123, max_sentences=7, batch_wait_ms=3)
     main(["serve", "--model", "m.pt", "--decoder", "thread", "--threads", "3"])
-    assert seen["engine"] == ("thread", (Path("m.pt"), None, False)) and seen["threads"] == 3
+    assert seen["engine"] == ("thread", ([Path("m.pt")], None, False)) and seen["threads"] == 3
     assert not seen["quiet"] and seen["settings"] == ServeSettings()
+    main(["serve", "--model", "a.pt", "--model", "b.pt"])  # an ensemble
+    assert seen["engine"] == ("process", ([Path("a.pt"), Path("b.pt")], None, False, None))
     with pytest.raises(SystemExit, match="--threads must be at least 1, not 0"):
         main(["serve", "--model", "m.pt", "--threads", "0"])
 

@@ -17,7 +17,14 @@ def add_verbs(verbs) -> None:
         "Requests that arrive together are decoded together; each limit below is answered "
         "with its status code and a JSON message.",
     )
-    p.add_argument("--model", type=Path, required=True, help="a run folder, or one checkpoint file")
+    p.add_argument(
+        "--model",
+        type=Path,
+        action="append",
+        required=True,
+        help="a run folder, or one checkpoint file; given several times, the models decode as "
+        "an ensemble, as in `transduce translate`",
+    )
     p.add_argument("--device")
     p.add_argument("--int8", action="store_true", help="CPU only: the large products in int8")
     p.add_argument(

@@ -55,7 +55,7 @@ def create_app(
     metrics = Metrics()
     batcher = Batcher(settings, metrics, abandon=getattr(engine, "abandon", None))
     facts = engine.facts
-    page = render_index(facts.name, facts.decode.beam_size, settings.max_beam)
+    page = render_index(facts.name, facts.decode.beam_size, settings.max_beam, facts.no_attention)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

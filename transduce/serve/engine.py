@@ -7,6 +7,7 @@ model: with the decoding worker in a process of its own (worker.py), only the fa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -50,9 +51,17 @@ class ModelFacts:
     decode: DecodeConfig  # the run's own
     max_positions: int | None
     attention_layers: int  # the deepest stack's: the attention views' layers 0 to this - 1
+    # Why the model has no attention to show (an ensemble of models of different shapes), or None.
+    no_attention: str | None = None
+
+    def check_attention(self) -> None:
+        """BadRequest for attention (views, alignments) from a model that has none to show."""
+        if self.no_attention is not None:
+            raise BadRequest(self.no_attention)
 
     def check_layer(self, layer: int | None) -> None:
-        """BadRequest for an attention layer the model does not have."""
+        """BadRequest for an attention layer the model does not have (or no attention at all)."""
+        self.check_attention()
         if layer is not None and not 0 <= layer < self.attention_layers:
             last = self.attention_layers - 1
             raise BadRequest(f"layer {layer} out of range: the model has layers 0 to {last}")
@@ -75,38 +84,62 @@ class ModelFacts:
 
 class Engine:
     """A `Translator` with a name, for the server: the decoding worker's `translate` and
-    `attention`, and the model's `facts`."""
+    `attention`, and the model's `facts`. `members`: the names of an ensemble's models."""
 
-    def __init__(self, translator: Translator, name: str) -> None:
-        self.translator, self.name = translator, name
+    def __init__(self, translator: Translator, name: str, members: Sequence[str] = ()) -> None:
+        self.translator, self.name, self.members = translator, name, list(members)
         translator.keep_packed_weights()  # request after request: not packed again for each
-        # The layers the attention views have, from one short sentence's attention (milliseconds),
-        # so that the server refuses a layer out of range before it decodes anything.
-        one_word = translator.vocab.encode(["a"])[0]
-        layers = attention_of_ids(translator, one_word, one_word, merge_words=False).n_layers
+        layers, no_attention = self._attention_layers()
         self.facts = ModelFacts(
-            name, self._describe(), translator.vocab, translator.decode, self.max_positions, layers
+            name,
+            self._describe(attention=no_attention is None),
+            translator.vocab,
+            translator.decode,
+            self.max_positions,
+            layers,
+            no_attention,
         )
 
     @classmethod
-    def load(cls, model: Path | str, device: str | None = None, int8: bool = False) -> Engine:
-        """A run folder or a checkpoint file, named by its folder or file name."""
-        return cls(Translator.load(model, device=device, int8=int8), Path(model).name)
+    def load(
+        cls,
+        model: Path | str | Sequence[Path | str],
+        device: str | None = None,
+        int8: bool = False,
+    ) -> Engine:
+        """A run folder or a checkpoint file, named by its folder or file name; several of them,
+        their ensemble (as `transduce translate --model A --model B`), named "A+B"."""
+        paths = [model] if isinstance(model, (Path, str)) else list(model)
+        translator = Translator.load(paths, device=device, int8=int8)
+        names = [Path(path).name for path in paths]
+        return cls(translator, "+".join(names), names if len(names) > 1 else ())
+
+    def _attention_layers(self) -> tuple[int, str | None]:
+        """The layers the attention views have, from one short sentence's attention
+        (milliseconds), so that the server refuses a layer out of range before it decodes
+        anything; or, for an ensemble whose models attend in different shapes, why it has none."""
+        one_word = self.translator.vocab.encode(["a"])[0]
+        try:
+            attention = attention_of_ids(self.translator, one_word, one_word, merge_words=False)
+        except ValueError as different:  # models/ensemble.py: "attend differently"
+            return 0, str(different)
+        return attention.n_layers, None
 
     @property
     def max_positions(self) -> int | None:
         return self.translator.model.max_positions
 
-    def _describe(self) -> dict:
+    def _describe(self, attention: bool) -> dict:
         """What `GET /v1/models` says of the model."""
         translator = self.translator
-        return {
+        described = {
             "name": self.name,
             "metric": translator.task.metric,  # the task's: bleu (translation), f1 (parsing)
             "vocab_size": translator.vocab.size,
             "parameters": count_parameters(translator.model),
             "max_positions": self.max_positions,
             "device": str(translator.device),
+            "attention": attention,
             "decode": {
                 "beam_size": translator.decode.beam_size,
                 "alpha": translator.decode.alpha,
@@ -114,10 +147,15 @@ class Engine:
                 "n_best": translator.decode.n_best,
             },
         }
+        if self.members:  # an ensemble: its models, in the order their settings count
+            described["members"] = self.members
+        return described
 
     def translate(self, works: list[TranslateWork]) -> list[list[list[dict]]]:
         """Translate every request's lines in one call (they share `decode`); per request, per
         line, its n-best as {"text", "score"} and, if asked, "alignment" (Pharaoh)."""
+        if any(work.alignments for work in works):
+            self.facts.check_attention()  # as the route has, for a caller without one
         lines = [line for work in works for line in work.lines]
         found = self.translator.hypotheses(lines, works[0].decode)
         results, start = [], 0

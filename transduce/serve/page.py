@@ -10,10 +10,12 @@ from importlib.resources import files
 from ..viz.page import fill, script_json, view_parts
 
 
-def render_index(model_name: str, beam: int, max_beam: int) -> str:
-    """The page's HTML for a model called `model_name`, offering beams 1..max_beam."""
+def render_index(model_name: str, beam: int, max_beam: int, no_attention: str | None = None) -> str:
+    """The page's HTML for a model called `model_name`, offering beams 1..max_beam;
+    `no_attention`: why the model has no attention to draw (the page says so instead)."""
     template = files(__package__).joinpath("index.html").read_text(encoding="utf-8")
     values = {part.upper(): text for part, text in view_parts().items()}
     values["TITLE"] = html.escape(model_name)
-    values["CONFIG"] = script_json({"beam": min(beam, max_beam), "maxBeam": max_beam})
+    config = {"beam": min(beam, max_beam), "maxBeam": max_beam, "noAttention": no_attention}
+    values["CONFIG"] = script_json(config)
     return fill(template, values)

@@ -88,6 +88,8 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
         raise HTTPException(413, f"{len(lines)} sentences; at most {server.settings.max_sentences}")
     decode = _decode_settings(server, body.beam_size, body.n_best, body.max_len_b)
     tokens = _checked_lengths(server, lines)
+    if body.alignments:  # refused here, before it is batched with requests that can be served
+        _check(server.facts.check_attention)
     work = TranslateWork(lines, decode, body.alignments)
     run = server.engine.translate
     job = _job(server, work, ("translate", decode), run, len(lines), tokens, decode.beam_size)
@@ -110,10 +112,7 @@ async def attention(body: AttentionRequest, request: Request) -> AttentionRespon
     server, started = request.app.state.server, _arrival(request)
     sentences = [body.text] if body.target is None else [body.text, body.target]
     tokens = _checked_lengths(server, sentences)
-    try:
-        server.facts.check_layer(body.layer)  # before any decoding
-    except BadRequest as error:
-        raise HTTPException(422, str(error)) from error
+    _check(server.facts.check_layer, body.layer)  # before any decoding
     decode = _decode_settings(server, body.beam_size, 1, None)
     work = AttentionWork(body.text, body.target, decode, body.merge_words, body.layer)
     run = server.engine.attention
@@ -130,6 +129,14 @@ def _arrival(request: Request) -> float:
 
 def _elapsed_ms(started: float) -> float:
     return round(1000 * (time.perf_counter() - started), 3)
+
+
+def _check(check, *args) -> None:
+    """`check(*args)`, its BadRequest answered 422."""
+    try:
+        check(*args)
+    except BadRequest as error:
+        raise HTTPException(422, str(error)) from error
 
 
 def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int | None):

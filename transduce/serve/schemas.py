@@ -110,6 +110,13 @@ class ModelInfo(BaseModel):
     max_positions: int | None
     device: str
     decode: dict[str, float | int]
+    attention: bool = Field(
+        description="whether /v1/attention and alignments are served: not for an ensemble of "
+        "models that attend in different shapes"
+    )
+    members: list[str] | None = Field(
+        None, description="an ensemble's models (their mean next-token probability decodes)"
+    )
 
 
 class ModelList(BaseModel):

@@ -20,7 +20,7 @@ import logging
 import multiprocessing
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -37,18 +37,19 @@ class DecoderProcess:
     """`Engine`'s `translate` and `attention`, run by a child process that loads the model.
 
     One call at a time (the batcher has one worker thread; a lock keeps it so for any caller).
-    `child_main` is what the child runs, given (pipe, model, device, int8, threads): a function
-    the child can import (tests pass one that dies)."""
+    `child_main` is what the child runs, given (pipe, models, device, int8, threads): a function
+    the child can import (tests pass one that dies). Several models: their ensemble."""
 
     def __init__(
         self,
-        model: Path | str,
+        model: Path | str | Sequence[Path | str],
         device: str | None = None,
         int8: bool = False,
         threads: int | None = None,
         child_main: Callable[..., None] | None = None,
     ) -> None:
-        self._spec = (str(model), device, int8, threads)
+        models = [model] if isinstance(model, (Path, str)) else list(model)
+        self._spec = ([str(path) for path in models], device, int8, threads)
         self._child_main = child_main or _decode_forever
         self._lock = threading.Lock()
         self._process: multiprocessing.process.BaseProcess | None = None
@@ -149,17 +150,17 @@ def _receive(pipe: Connection, process) -> tuple[str, object]:
 
 
 def _decode_forever(
-    pipe: Connection, model: str, device: str | None, int8: bool, threads: int | None
+    pipe: Connection, models: list[str], device: str | None, int8: bool, threads: int | None
 ) -> None:
-    """The child: load the model, send its facts, then answer (method, works) until told to stop
-    (None) or the server has gone (the pipe closed)."""
+    """The child: load the model (several: their ensemble), send its facts, then answer
+    (method, works) until told to stop (None) or the server has gone (the pipe closed)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
     import torch
 
     if threads:
         torch.set_num_threads(threads)
     try:
-        engine = Engine.load(model, device, int8)
+        engine = Engine.load(models, device, int8)
     except Exception as error:
         pipe.send(("error", _picklable(error)))
         return
