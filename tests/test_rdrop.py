@@ -13,10 +13,11 @@ import transduce.training.rdrop as rdrop_module
 import transduce.training.step as step_module
 from transduce.config import ConfigError, TrainConfig, override
 from transduce.data.batching import collate
+from transduce.models.dropout import LateDropout
 from transduce.presets import tiny
 from transduce.training.loop import Trainer
 from transduce.training.loss import label_smoothed_loss
-from transduce.training.rdrop import rdrop_loss, rdrop_sums
+from transduce.training.rdrop import RDropUpdates, rdrop_loss, rdrop_sums
 from transduce.training.step import train_step
 
 from .conftest import BOS, EOS, LEARNER_MODEL, PAD, small_reverse_data, tiny_model, tiny_rnn
@@ -112,31 +113,65 @@ def test_without_dropout_an_update_descends_as_the_ordinary_loss(family):
     assert any((p - q).abs().max() > 0 for p, q in zip(params[1], fresh, strict=True))  # moved
 
 
-def test_the_run_hands_its_rdrop_to_every_update(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("changes", "rdrop_updates"),
+    [
+        ({"train.rdrop": 2.5}, [1, 2, 3, 4]),
+        ({}, []),  # off by default, as the paper
+        ({"train.rdrop": 2.5, "train.rdrop_after": 2}, [3, 4]),
+        # late dropout's first updates have no dropout: R-Drop waits for it
+        ({"train.rdrop": 2.5, "train.rdrop_after": 1, "train.late_dropout": 3}, [4]),
+    ],
+)
+def test_the_run_hands_its_rdrop_to_the_updates_it_trains(
+    tmp_path, monkeypatch, changes, rdrop_updates
+):
     data = small_reverse_data(tmp_path)
     received = []
     real = step_module.rdrop_loss
+    trainer = None
 
     def recording(network, batch, eps, pad, alpha):
-        received.append(alpha)
+        received.append((trainer.progress.step + 1, alpha))
         return real(network, batch, eps, pad, alpha)
 
     monkeypatch.setattr(step_module, "rdrop_loss", recording)
-    settings = LEARNER_MODEL | {"train.max_steps": 3, "train.valid_every": 3}
+    settings = LEARNER_MODEL | {"model.dropout": 0.1, "train.max_steps": 4, "train.valid_every": 4}
     settings |= {"train.valid_bleu": False, "train.keep_last": 1, "train.average_last": 1}
-    config = override(tiny(), settings | {"train.rdrop": 2.5})
-    Trainer(config, data, tmp_path / "run", False, torch.device("cpu")).run()
-    assert received and set(received) == {2.5}
-    received.clear()
-    plain = override(tiny(), settings)
-    Trainer(plain, data, tmp_path / "plain", False, torch.device("cpu")).run()
-    assert received == []  # off by default, as the paper
+    trainer = Trainer(override(tiny(), settings | changes), data, tmp_path / "run", False,
+                      torch.device("cpu"))  # fmt: skip
+    trainer.run()
+    assert received == [(update, 2.5) for update in rdrop_updates]
+
+
+def test_rdrop_begins_after_its_updates_and_late_dropouts_and_says_so_once(caplog):
+    model = tiny_model(dtype=torch.float32, dropout=0.1)
+    late = LateDropout(model, updates_without=4)
+    schedule = RDropUpdates(TrainConfig(rdrop=5.0, rdrop_after=2, late_dropout=4), late)
+    with caplog.at_level("INFO", logger="transduce.training.rdrop"):
+        assert [schedule.alpha(u) for u in range(1, 8)] == [0.0] * 4 + [5.0] * 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "update 5: R-Drop begins (train.rdrop_after, train.late_dropout)"
+    ]
+    plain = RDropUpdates(TrainConfig(rdrop=5.0), LateDropout(model, updates_without=0))
+    assert [plain.alpha(u) for u in (1, 2)] == [5.0, 5.0]
+    off = RDropUpdates(TrainConfig(rdrop_after=1), LateDropout(model, updates_without=0))
+    assert [off.alpha(u) for u in (1, 2, 3)] == [0.0, 0.0, 0.0]
+
+
+def test_rdrop_on_a_model_without_dropout_is_refused():
+    model = tiny_model(dtype=torch.float32, dropout=0.0)
+    with pytest.raises(ConfigError, match=r"train\.rdrop needs dropout, and the model has none"):
+        RDropUpdates(TrainConfig(rdrop=5.0), LateDropout(model, updates_without=0))
+    RDropUpdates(TrainConfig(rdrop=0.0), LateDropout(model, updates_without=0))  # off: fine
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("inf")])
 def test_a_negative_or_infinite_rdrop_is_refused(bad):
     with pytest.raises(ConfigError, match=r"train\.rdrop must be >= 0 and finite"):
         TrainConfig(rdrop=bad)
+    with pytest.raises(ConfigError, match=r"train\.rdrop_after must be >= 0"):
+        TrainConfig(rdrop_after=-1)
 
 
 def test_on_the_bfloat16_route_both_passes_project_in_bfloat16_within_its_rounding(monkeypatch):

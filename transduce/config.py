@@ -187,6 +187,9 @@ class TrainConfig:
     # dropout and the loss adds alpha/2 times the two predictions' symmetric KL, `rdrop` = alpha
     # as the paper's (5 for its IWSLT runs); an update costs 2.3 at `tiny`. 0 = off, as in s5.4.
     rdrop: float = 0.0
+    # This many first updates train without R-Drop, as late dropout's do without dropout (R-Drop
+    # never runs while late dropout holds dropout off: its two passes would be one, twice).
+    rdrop_after: int = 0
     accumulate: int = 1  # batches per update: 8 imitates the paper's 8 devices on one
     max_steps: int = 100000  # updates; the base model trains 100k (s5.2)
     max_epochs: int = 0  # 0 = no limit
@@ -217,6 +220,7 @@ class TrainConfig:
         _require(0.0 <= self.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")
         _require(self.late_dropout >= 0, "train.late_dropout must be >= 0 (0: dropout throughout)")
         _require(0.0 <= self.rdrop < float("inf"), "train.rdrop must be >= 0 and finite (0: off)")
+        _require(self.rdrop_after >= 0, "train.rdrop_after must be >= 0 (0: from the start)")
         _require(self.accumulate > 0, "train.accumulate must be positive")
         _require(self.max_steps > 0, "train.max_steps must be positive")
         _require(self.max_epochs >= 0, "train.max_epochs must be >= 0 (0: no limit)")

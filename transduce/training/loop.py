@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..config import Config
-from ..data.batching import Batch, collate
+from ..data.batching import collate
 from ..data.dataset import PreparedData
 from ..data.epochs import Pairs, TrainingEpochs
 from ..models import bf16, build_model, count_parameters
@@ -34,6 +34,7 @@ from ..tasks import get_task, resolve_config
 from . import distributed
 from .checkpoint import AVERAGE_FILE, CheckpointStore, average, save, steps_to_average
 from .compiled import compile_layers, compiles
+from .rdrop import RDropUpdates
 from .resume import Progress, capture_rng, restore_rng, update_groups
 from .runlog import (
     RunLog,
@@ -106,6 +107,7 @@ class Trainer:
         self.vocab, self.task = data.vocab, get_task(self.config.task)
         self.model, self.network, self.optimizer = self._build_model()
         self.late_dropout = LateDropout(self.model, self.config.train.late_dropout)
+        self.rdrop = RDropUpdates(self.config.train, self.late_dropout)
         self.compiled = (
             compiles(self.config.train.compile, device) and compile_layers(self.model) > 0
         )
@@ -247,7 +249,8 @@ class Trainer:
     def _update(self, group: list[Pairs], rate: float) -> StepResult:
         """One update over a group of batches; gives up after too many non-finite losses."""
         train = self.config.train
-        batches = [self._collate(pairs) for pairs in group]
+        pad, bos, eos = self.vocab.pad, self.vocab.bos, self.vocab.eos
+        batches = [collate(pairs, pad, bos, eos).to(self.device) for pairs in group]
         if self.late_dropout.before(self.progress.step + 1):
             logger.info("update %d: dropout begins (train.late_dropout)", self.progress.step + 1)
         with explain_out_of_memory(self.config):
@@ -262,7 +265,7 @@ class Trainer:
                 processes=self.processes,
                 autocast=self._autocast,
                 fused_loss=self.compiled,
-                rdrop=train.rdrop,
+                rdrop=self.rdrop.alpha(self.progress.step + 1),
             )
         self.progress.step += 1
         self._count_bad(result.finite)
@@ -296,9 +299,6 @@ class Trainer:
         if self._epoch_batches[0] != epoch:
             self._epoch_batches = (epoch, self.epochs.num_batches(epoch))
         return self.progress.batch_in_epoch / max(self._epoch_batches[1], 1)
-
-    def _collate(self, pairs) -> Batch:
-        return collate(pairs, self.vocab.pad, self.vocab.bos, self.vocab.eos).to(self.device)
 
     def _autocast(self):
         precision = self.config.train.precision

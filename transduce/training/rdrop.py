@@ -29,10 +29,14 @@ GPU it runs, without the compiled chunks of the ordinary loss.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import Tensor
 
+from ..config import ConfigError, TrainConfig
 from ..models import bf16
+from ..models.dropout import LateDropout
 from .loss import (
     MASK_FREE_DEVICES,
     LossSums,
@@ -41,6 +45,31 @@ from .loss import (
     output_projection,
     smoothed_per_position,
 )
+
+logger = logging.getLogger(__name__)
+
+
+class RDropUpdates:
+    """Which updates train with R-Drop: from `train.rdrop_after` + 1 on, and none while late
+    dropout holds the model's dropout off (`train.late_dropout`): without dropout the two passes
+    are one pass twice, no KL to learn from at twice the cost. Like late dropout, it follows the
+    update's number alone, so a resumed run begins it where an unbroken one does."""
+
+    def __init__(self, train: TrainConfig, dropout: LateDropout) -> None:
+        if train.rdrop > 0 and not dropout.sites:
+            raise ConfigError(
+                "train.rdrop needs dropout, and the model has none (every rate 0): both passes "
+                "would be the same; set model.dropout, or train.rdrop=0"
+            )
+        self.rdrop, self.after = train.rdrop, max(train.rdrop_after, train.late_dropout)
+
+    def alpha(self, update: int) -> float:
+        """R-Drop's alpha at `update` (a run's first is 1): 0 before it begins."""
+        if not self.rdrop or update <= self.after:
+            return 0.0
+        if update == self.after + 1 and self.after:
+            logger.info("update %d: R-Drop begins (train.rdrop_after, train.late_dropout)", update)
+        return self.rdrop
 
 
 def rdrop_loss(network: torch.nn.Module, batch, eps: float, pad: int, alpha: float) -> LossSums:
