@@ -32,6 +32,10 @@ class EnsembleEncoded:
     members: list[Encoded]
 
 
+class AttendDifferently(ValueError):
+    """The ensemble's models have attention of different shapes: no mean to show."""
+
+
 class EnsembleCache:
     """Each member's decoder state, reordered together: a beam kept is kept by every member."""
 
@@ -109,7 +113,7 @@ def _log_mean_prob(logits: list[Tensor]) -> Tensor:
 def _mean_by_layer(members: list[list[Tensor]]) -> list[Tensor]:
     shapes = [[tuple(layer.shape) for layer in layers] for layers in members]
     if any(s != shapes[0] for s in shapes):
-        raise ValueError(
+        raise AttendDifferently(
             f"the ensemble's models attend differently ({[len(s) for s in shapes]} layers; "
             "heads and lengths must match too): attention views and alignments need models of "
             "one shape, or one model"

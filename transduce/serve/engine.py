@@ -15,6 +15,7 @@ from ..config import DecodeConfig
 from ..data.bpe import Vocab
 from ..decoding.translate import Translator
 from ..models import count_parameters
+from ..models.ensemble import AttendDifferently
 from ..viz.alignment import align, default_layer, pharaoh
 from ..viz.capture import attention_of_ids, best_translations
 from ..viz.page import page_data
@@ -121,7 +122,7 @@ class Engine:
         one_word = self.translator.vocab.encode(["a"])[0]
         try:
             attention = attention_of_ids(self.translator, one_word, one_word, merge_words=False)
-        except ValueError as different:  # models/ensemble.py: "attend differently"
+        except AttendDifferently as different:
             return 0, str(different)
         return attention.n_layers, None
 

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ..config import Config
-from ..data.batching import collate
+from ..data.batching import Batch, collate
 from ..data.dataset import PreparedData
 from ..data.epochs import Pairs, TrainingEpochs
 from ..models import bf16, build_model, count_parameters
@@ -218,11 +218,8 @@ class Trainer:
             self.progress.elapsed = elapsed_before + time.monotonic() - session_start
             window.add(result.loss, result.nll, result.tgt_tokens)
             bar.update(1)
-            bar.set_postfix(
-                loss=f"{result.loss:.3f}",
-                lr=f"{rate:.2e}",
-                tok_s=f"{window.tokens_per_second():.0f}",
-            )
+            bar.set_postfix(loss=f"{result.loss:.3f}", lr=f"{rate:.2e}",
+                            tok_s=f"{window.tokens_per_second():.0f}")  # fmt: skip
             if self.progress.step % train.log_every == 0:
                 self._log({"kind": "train", **window.summary(), "lr": rate})
                 window = Window()
@@ -249,8 +246,7 @@ class Trainer:
     def _update(self, group: list[Pairs], rate: float) -> StepResult:
         """One update over a group of batches; gives up after too many non-finite losses."""
         train = self.config.train
-        pad, bos, eos = self.vocab.pad, self.vocab.bos, self.vocab.eos
-        batches = [collate(pairs, pad, bos, eos).to(self.device) for pairs in group]
+        batches = [self._collate(pairs) for pairs in group]
         if self.late_dropout.before(self.progress.step + 1):
             logger.info("update %d: dropout begins (train.late_dropout)", self.progress.step + 1)
         with explain_out_of_memory(self.config):
@@ -299,6 +295,9 @@ class Trainer:
         if self._epoch_batches[0] != epoch:
             self._epoch_batches = (epoch, self.epochs.num_batches(epoch))
         return self.progress.batch_in_epoch / max(self._epoch_batches[1], 1)
+
+    def _collate(self, pairs) -> Batch:
+        return collate(pairs, self.vocab.pad, self.vocab.bos, self.vocab.eos).to(self.device)
 
     def _autocast(self):
         precision = self.config.train.precision
