@@ -40,8 +40,8 @@ def test_the_page_names_the_model_and_offers_the_settings_beams(engine):
         info = httpx.get(url + "/openapi.json").json()["info"]
     assert "<title>transduce: toy.pt</title>" in page
     config = re.search(r'<script id="config" type="application/json">(.*?)</script>', page)
-    # the model's own beam chosen, and beams up to the server's max_beam offered
-    assert json.loads(config[1]) == {"beam": DECODE.beam_size, "maxBeam": 6}
+    # the model's own beam chosen, beams up to the server's max_beam offered, attention drawn
+    assert json.loads(config[1]) == {"beam": DECODE.beam_size, "maxBeam": 6, "noAttention": None}
     assert info["version"] == transduce.__version__
 
 
