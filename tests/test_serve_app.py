@@ -141,7 +141,8 @@ def test_the_pages_model_name_is_escaped_and_its_beam_kept_within_the_servers_li
     offer `max_beam`, not a beam every translation would be refused (422) for."""
     from transduce.serve.page import render_index
 
-    page = render_index("<b>&", beam=8, max_beam=4)
+    reason = "models </script><b>differ"  # why attention is not drawn: text inside the script
+    page = render_index("<b>&", beam=8, max_beam=4, no_attention=reason)
     assert "<title>transduce: &lt;b&gt;&amp;</title>" in page and "<b>&" not in page
     config = re.search(r'<script id="config" type="application/json">(.*?)</script>', page)
-    assert json.loads(config[1]) == {"beam": 4, "maxBeam": 4}
+    assert json.loads(config[1]) == {"beam": 4, "maxBeam": 4, "noAttention": reason}
