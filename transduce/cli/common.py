@@ -28,6 +28,19 @@ def add_config_arguments(p: argparse.ArgumentParser, default_preset: str | None)
     add_set_argument(p, "overrides such as train.warmup_steps=2000 model.pre_norm=true")
 
 
+def add_models_argument(p: argparse.ArgumentParser) -> None:
+    """`--model`, given once or more: several decode as an ensemble (models/ensemble.py)."""
+    p.add_argument(
+        "--model",
+        type=Path,
+        action="append",
+        required=True,
+        help="a run folder, or one checkpoint file; given several times, the models decode as "
+        "an ensemble (the mean of their next-token probabilities; one vocabulary, one task; "
+        "the first model's decoding settings)",
+    )
+
+
 def add_set_argument(p: argparse.ArgumentParser, help: str | None = None) -> None:
     """--set KEY=VALUE ...; given more than once, every one counts (argparse's plain nargs
     would keep only the last --set, silently dropping the earlier ones)."""

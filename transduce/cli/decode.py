@@ -6,6 +6,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from .common import add_models_argument
+
 
 def add_verbs(verbs) -> None:
     _add_translate(verbs)
@@ -46,15 +48,7 @@ def _add_translate(verbs) -> None:
 
 def _add_model_and_search_arguments(p) -> None:
     """The model, the input and output, and the search settings (unset: the run's own)."""
-    p.add_argument(
-        "--model",
-        type=Path,
-        action="append",
-        required=True,
-        help="a run folder, or one checkpoint file; given several times, the models decode as "
-        "an ensemble (the mean of their next-token probabilities; one vocabulary, one task; "
-        "the first model's decoding settings)",
-    )
+    add_models_argument(p)
     p.add_argument(
         "--checkpoint",
         type=Path,

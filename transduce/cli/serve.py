@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import fields
-from pathlib import Path
+
+from .common import add_models_argument
 
 
 def add_verbs(verbs) -> None:
@@ -17,14 +18,7 @@ def add_verbs(verbs) -> None:
         "Requests that arrive together are decoded together; each limit below is answered "
         "with its status code and a JSON message.",
     )
-    p.add_argument(
-        "--model",
-        type=Path,
-        action="append",
-        required=True,
-        help="a run folder, or one checkpoint file; given several times, the models decode as "
-        "an ensemble, as in `transduce translate`",
-    )
+    add_models_argument(p)
     p.add_argument("--device")
     p.add_argument("--int8", action="store_true", help="CPU only: the large products in int8")
     p.add_argument(
