@@ -37,7 +37,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     vocab = toy_vocab(folder)
     return {
         "a": save_seeded_model(folder / "a.pt", vocab, 1, decode=DECODE),
-        "b": save_seeded_model(folder / "b.pt", vocab, 2),
+        "b": save_seeded_model(folder / "b.pt", vocab, 2, decode=replace(DECODE, beam_size=3)),
         "shallow": save_seeded_model(folder / "shallow.pt", vocab, 3, n_layers=1),
     }
 
