@@ -151,19 +151,31 @@ def test_rdrop_begins_after_its_updates_and_late_dropouts_and_says_so_once(caplo
     with caplog.at_level("INFO", logger="transduce.training.rdrop"):
         assert [schedule.alpha(u) for u in range(1, 8)] == [0.0] * 4 + [5.0] * 3
     assert [r.getMessage() for r in caplog.records] == [
-        "update 5: R-Drop begins (train.rdrop_after, train.late_dropout)"
+        "update 5: R-Drop begins (train.late_dropout)"  # the setting that decided it
+    ]
+    caplog.clear()
+    later = RDropUpdates(TrainConfig(rdrop=5.0, rdrop_after=6, late_dropout=4), late)
+    with caplog.at_level("INFO", logger="transduce.training.rdrop"):
+        assert [later.alpha(u) for u in range(6, 9)] == [0.0, 5.0, 5.0]
+    assert [r.getMessage() for r in caplog.records] == [
+        "update 7: R-Drop begins (train.rdrop_after)"
     ]
     plain = RDropUpdates(TrainConfig(rdrop=5.0), LateDropout(model, updates_without=0))
     assert [plain.alpha(u) for u in (1, 2)] == [5.0, 5.0]
-    off = RDropUpdates(TrainConfig(rdrop_after=1), LateDropout(model, updates_without=0))
-    assert [off.alpha(u) for u in (1, 2, 3)] == [0.0, 0.0, 0.0]
+    with pytest.raises(ConfigError, match=r"train\.rdrop_after needs train\.rdrop above 0"):
+        TrainConfig(rdrop_after=1)  # a start for nothing
 
 
-def test_rdrop_on_a_model_without_dropout_is_refused():
+def test_rdrop_on_a_model_without_dropout_is_refused_and_a_resumed_one_trains_ordinarily(caplog):
     model = tiny_model(dtype=torch.float32, dropout=0.0)
+    none = LateDropout(model, updates_without=0)
     with pytest.raises(ConfigError, match=r"train\.rdrop needs dropout, and the model has none"):
-        RDropUpdates(TrainConfig(rdrop=5.0), LateDropout(model, updates_without=0))
-    RDropUpdates(TrainConfig(rdrop=0.0), LateDropout(model, updates_without=0))  # off: fine
+        RDropUpdates(TrainConfig(rdrop=5.0), none)
+    RDropUpdates(TrainConfig(rdrop=0.0), none)  # off: fine
+    # a run started when this was allowed: its settings cannot change on resume, so it goes on
+    resumed = RDropUpdates(TrainConfig(rdrop=5.0), none, resumed=True)
+    assert [resumed.alpha(u) for u in (1, 2)] == [0.0, 0.0]
+    assert "training on with the ordinary loss" in caplog.text
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("inf")])

@@ -110,10 +110,21 @@ def test_the_decoding_process_serves_an_ensemble(models):
     assert [t["text"] for t in answer.json()["translations"]] == expected
 
 
-def test_one_model_is_served_as_itself(models):
+def test_one_model_is_served_as_itself_and_models_of_one_file_name_by_their_folders(
+    models, tmp_path
+):
     engine = Engine.load([models["a"]])
     assert engine.name == "a.pt" and engine.members == []
-    assert "members" not in engine.facts.description
+    with Background(engine, LOOPBACK) as url:
+        (described,) = httpx.get(url + "/v1/models").json()["models"]
+    assert described["name"] == "a.pt" and "members" not in described
+    assert described["max_positions"] is None  # a field that is None is still said
+    vocab = toy_vocab(tmp_path)
+    paths = []
+    for run in ("x", "y"):
+        (tmp_path / run).mkdir()
+        paths.append(save_seeded_model(tmp_path / run / "average.pt", vocab, 1))
+    assert Engine.load(paths).members == ["x/average.pt", "y/average.pt"]
 
 
 def test_the_page_says_an_ensemble_without_attention_has_none_and_translates(

@@ -221,6 +221,9 @@ class TrainConfig:
         _require(self.late_dropout >= 0, "train.late_dropout must be >= 0 (0: dropout throughout)")
         _require(0.0 <= self.rdrop < float("inf"), "train.rdrop must be >= 0 and finite (0: off)")
         _require(self.rdrop_after >= 0, "train.rdrop_after must be >= 0 (0: from the start)")
+        _require(
+            self.rdrop > 0 or not self.rdrop_after, "train.rdrop_after needs train.rdrop above 0"
+        )
         _require(self.accumulate > 0, "train.accumulate must be positive")
         _require(self.max_steps > 0, "train.max_steps must be positive")
         _require(self.max_epochs >= 0, "train.max_epochs must be >= 0 (0: no limit)")

@@ -93,9 +93,9 @@ class Ensemble(nn.Module):
         outputs = [member.attention_maps(src, tgt_in) for member in self.members]
         maps = [m for _, m in outputs]
         mean = AttentionMaps(
-            decoder_cross=_mean_by_layer([m.decoder_cross for m in maps]),
-            encoder_self=_mean_by_layer([m.encoder_self for m in maps]),
-            decoder_self=_mean_by_layer([m.decoder_self for m in maps]),
+            decoder_cross=_mean_by_layer("cross", [m.decoder_cross for m in maps]),
+            encoder_self=_mean_by_layer("encoder self", [m.encoder_self for m in maps]),
+            decoder_self=_mean_by_layer("decoder self", [m.decoder_self for m in maps]),
         )
         return _log_mean_prob([logits for logits, _ in outputs]), mean
 
@@ -110,13 +110,16 @@ def _log_mean_prob(logits: list[Tensor]) -> Tensor:
     return torch.logsumexp(torch.stack(log_probs), 0) - math.log(len(log_probs))
 
 
-def _mean_by_layer(members: list[list[Tensor]]) -> list[Tensor]:
+def _mean_by_layer(kind: str, members: list[list[Tensor]]) -> list[Tensor]:
+    """The layer-by-layer mean of the members' `kind` attention (each layer's weights (batch,
+    heads, queries, keys)); AttendDifferently unless every member has as many layers and heads."""
     shapes = [[tuple(layer.shape) for layer in layers] for layers in members]
     if any(s != shapes[0] for s in shapes):
+        heads = [(len(layers), layers[0].size(1) if layers else 0) for layers in members]
+        shown = ", ".join(f"{n} layers of {h} heads" for n, h in heads)
         raise AttendDifferently(
-            f"the ensemble's models attend differently ({[len(s) for s in shapes]} layers; "
-            "heads and lengths must match too): attention views and alignments need models of "
-            "one shape, or one model"
+            f"the ensemble's models attend differently ({kind} attention: {shown}): attention "
+            "views and alignments need models of as many layers and heads, or one model"
         )
     return [torch.stack(layer).mean(0) for layer in zip(*members, strict=True)]
 

@@ -110,9 +110,11 @@ class Engine:
     ) -> Engine:
         """A run folder or a checkpoint file, named by its folder or file name; several of them,
         their ensemble (as `transduce translate --model A --model B`), named "A+B"."""
-        paths = [model] if isinstance(model, (Path, str)) else list(model)
+        paths = [Path(path) for path in ([model] if isinstance(model, (Path, str)) else model)]
         translator = Translator.load(paths, device=device, int8=int8)
-        names = [Path(path).name for path in paths]
+        names = [path.name for path in paths]
+        if len(set(names)) < len(names):  # runs/a/average.pt, runs/b/average.pt: a/, b/
+            names = [f"{path.parent.name}/{path.name}" for path in paths]
         return cls(translator, "+".join(names), names if len(names) > 1 else ())
 
     def _attention_layers(self) -> tuple[int, str | None]:
@@ -154,7 +156,9 @@ class Engine:
 
     def translate(self, works: list[TranslateWork]) -> list[list[list[dict]]]:
         """Translate every request's lines in one call (they share `decode`); per request, per
-        line, its n-best as {"text", "score"} and, if asked, "alignment" (Pharaoh)."""
+        line, its n-best as {"text", "score"} and, if asked, "alignment" (Pharaoh). Alignments
+        from a model with no attention to show fail the whole call: the route refuses them
+        before requests are merged."""
         if any(work.alignments for work in works):
             self.facts.check_attention()  # as the route has, for a caller without one
         lines = [line for work in works for line in work.lines]

@@ -34,7 +34,8 @@ ERRORS = {
         400: "malformed JSON, or a body that is not UTF-8",
         413: "a body, a sentence or a list of sentences over its limit",
         415: "a body without a JSON Content-Type, or a compressed one",
-        422: "valid JSON of the wrong shape: a wrong type, an empty sentence, an option too large",
+        422: "valid JSON of the wrong shape: a wrong type, an empty sentence, an option too "
+        "large; or attention (views, alignments) from an ensemble that has none to show",
         429: "the queue is full, or its work would outlast the request's time budget: try "
         "again after Retry-After seconds",
         503: "the decoding process died with this request's work and was restarted: send it again",
@@ -59,7 +60,7 @@ async def health(request: Request) -> Health:
 
 
 @router.head("/v1/models", include_in_schema=False)
-@router.get("/v1/models", response_model=ModelList)
+@router.get("/v1/models", response_model=ModelList, response_model_exclude_unset=True)
 async def models(request: Request) -> dict:
     return {"models": [request.app.state.server.facts.description]}
 

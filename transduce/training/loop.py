@@ -107,7 +107,7 @@ class Trainer:
         self.vocab, self.task = data.vocab, get_task(self.config.task)
         self.model, self.network, self.optimizer = self._build_model()
         self.late_dropout = LateDropout(self.model, self.config.train.late_dropout)
-        self.rdrop = RDropUpdates(self.config.train, self.late_dropout)
+        self.rdrop = RDropUpdates(self.config.train, self.late_dropout, resumed=resume)
         self.compiled = (
             compiles(self.config.train.compile, device) and compile_layers(self.model) > 0
         )

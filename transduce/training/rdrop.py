@@ -53,22 +53,33 @@ class RDropUpdates:
     """Which updates train with R-Drop: from `train.rdrop_after` + 1 on, and none while late
     dropout holds the model's dropout off (`train.late_dropout`): without dropout the two passes
     are one pass twice, no KL to learn from at twice the cost. Like late dropout, it follows the
-    update's number alone, so a resumed run begins it where an unbroken one does."""
+    update's number alone, so a resumed run begins it where an unbroken one does.
 
-    def __init__(self, train: TrainConfig, dropout: LateDropout) -> None:
-        if train.rdrop > 0 and not dropout.sites:
-            raise ConfigError(
-                "train.rdrop needs dropout, and the model has none (every rate 0): both passes "
-                "would be the same; set model.dropout, or train.rdrop=0"
-            )
-        self.rdrop, self.after = train.rdrop, max(train.rdrop_after, train.late_dropout)
+    A new run whose model has no dropout at all is refused; a resumed one (its settings cannot
+    change) trains on with the ordinary loss, which is what R-Drop without dropout computes."""
+
+    def __init__(self, train: TrainConfig, dropout: LateDropout, resumed: bool = False) -> None:
+        self.rdrop = train.rdrop
+        if self.rdrop > 0 and not dropout.sites:
+            message = "train.rdrop needs dropout, and the model has none (every rate 0)"
+            if not resumed:
+                raise ConfigError(
+                    f"{message}: both passes would be the same; set model.dropout, or train.rdrop=0"
+                )
+            logger.warning("%s: training on with the ordinary loss, which it equals", message)
+            self.rdrop = 0.0
+        self.after = max(train.rdrop_after, train.late_dropout)
+        # the setting that decides where it begins, for its log line
+        self.why = (
+            "train.rdrop_after" if train.rdrop_after >= train.late_dropout else "train.late_dropout"
+        )
 
     def alpha(self, update: int) -> float:
         """R-Drop's alpha at `update` (a run's first is 1): 0 before it begins."""
         if not self.rdrop or update <= self.after:
             return 0.0
         if update == self.after + 1 and self.after:
-            logger.info("update %d: R-Drop begins (train.rdrop_after, train.late_dropout)", update)
+            logger.info("update %d: R-Drop begins (%s)", update, self.why)
         return self.rdrop
 
 
