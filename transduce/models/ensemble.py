@@ -116,12 +116,16 @@ def _mean_by_layer(kind: str, members: list[list[Tensor]]) -> list[Tensor]:
     shapes = [[tuple(layer.shape) for layer in layers] for layers in members]
     if any(s != shapes[0] for s in shapes):
         heads = [(len(layers), layers[0].size(1) if layers else 0) for layers in members]
-        shown = ", ".join(f"{n} layers of {h} heads" for n, h in heads)
+        shown = ", ".join(f"{_count(n, 'layer')} of {_count(h, 'head')}" for n, h in heads)
         raise AttendDifferently(
             f"the ensemble's models attend differently ({kind} attention: {shown}): attention "
             "views and alignments need models of as many layers and heads, or one model"
         )
     return [torch.stack(layer).mean(0) for layer in zip(*members, strict=True)]
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
 
 
 def load_ensemble(paths: Sequence[Path | str]) -> tuple[Ensemble, SavedModel]:
