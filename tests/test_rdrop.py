@@ -15,6 +15,7 @@ from transduce.config import ConfigError, TrainConfig, override
 from transduce.data.batching import collate
 from transduce.models.dropout import LateDropout
 from transduce.presets import tiny
+from transduce.training.checkpoint import load
 from transduce.training.loop import Trainer
 from transduce.training.loss import label_smoothed_loss
 from transduce.training.rdrop import RDropUpdates, rdrop_loss, rdrop_sums
@@ -216,3 +217,32 @@ def test_on_the_bfloat16_route_both_passes_project_in_bfloat16_within_its_roundi
     torch.testing.assert_close(low, exact, rtol=1e-2, atol=0)
     for ours, theirs in zip(low_grads, exact_grads, strict=True):
         assert (ours - theirs).norm() <= 2e-2 * theirs.norm()
+
+
+def test_a_resumed_run_begins_rdrop_where_an_unbroken_one_does(tmp_path, monkeypatch):
+    data = small_reverse_data(tmp_path)
+    received: list[tuple[str, int]] = []
+    real = step_module.rdrop_loss
+    current = {}
+
+    def recording(network, batch, eps, pad, alpha):
+        trainer = current["trainer"]
+        received.append((trainer.run_dir.name, trainer.progress.step + 1))
+        return real(network, batch, eps, pad, alpha)
+
+    monkeypatch.setattr(step_module, "rdrop_loss", recording)
+    settings = LEARNER_MODEL | {"model.dropout": 0.1, "train.valid_every": 2}
+    settings |= {"train.valid_bleu": False, "train.keep_last": 2, "train.average_last": 1}
+    settings |= {"train.rdrop": 2.5, "train.rdrop_after": 2}
+
+    def run(name: str, steps: int, resume: bool) -> dict:
+        config = override(tiny(), settings | {"train.max_steps": steps})
+        current["trainer"] = Trainer(config, data, tmp_path / name, resume, torch.device("cpu"))
+        return load(current["trainer"].run())["model"]
+
+    unbroken = run("unbroken", 4, resume=False)
+    run("resumed", 2, resume=False)  # stopped at update 2, R-Drop not yet begun
+    resumed = run("resumed", 4, resume=True)
+    assert received == [("unbroken", 3), ("unbroken", 4), ("resumed", 3), ("resumed", 4)]
+    for name, weight in unbroken.items():
+        torch.testing.assert_close(resumed[name], weight, rtol=0, atol=0, msg=name)
