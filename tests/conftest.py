@@ -175,28 +175,18 @@ def save_toy_model(folder: Path, decode=None) -> Path:
     """`toy_translator`'s model as one checkpoint file (float32), as training writes it, with
     `decode` (a DecodeConfig; default the run default) as its decoding settings."""
     from transduce.config import Config, DecodeConfig
-    from transduce.training.checkpoint import save
 
     translator = toy_translator(folder, dtype=torch.float32)
     config = Config(
         model=tiny_model_config(vocab_size=translator.vocab.size), decode=decode or DecodeConfig()
     )
-    path = folder / "toy.pt"
-    state = {
-        "config": config.to_json(),
-        "model": translator.model.state_dict(),
-        "vocab": translator.vocab.serialized,
-        "step": 0,
-    }
-    save(state, path)
-    return path
+    return _save_checkpoint(folder / "toy.pt", config, translator.model, translator.vocab, 0)
 
 
 def save_seeded_model(path: Path, vocab, seed: int, task=None, decode=None, **model) -> Path:
     """A float32 checkpoint of a seeded tiny Transformer over `vocab` (`model`: its config's
     changes), as training writes one; decoding settings `decode`, default short beams of 2."""
     from transduce.config import Config, DecodeConfig, TaskConfig
-    from transduce.training.checkpoint import save
 
     config = Config(
         model=tiny_model_config(vocab_size=vocab.size, **model),
@@ -204,11 +194,18 @@ def save_seeded_model(path: Path, vocab, seed: int, task=None, decode=None, **mo
         task=task or TaskConfig(),
     )
     torch.manual_seed(seed)
+    return _save_checkpoint(path, config, Transformer(config.model, pad=vocab.pad), vocab, seed)
+
+
+def _save_checkpoint(path: Path, config, model, vocab, step: int) -> Path:
+    """What training writes of a model: its config, weights, vocabulary and step, one file."""
+    from transduce.training.checkpoint import save
+
     state = {
         "config": config.to_json(),
-        "model": Transformer(config.model, pad=vocab.pad).state_dict(),
+        "model": model.state_dict(),
         "vocab": vocab.serialized,
-        "step": seed,
+        "step": step,
     }
     save(state, path)
     return path

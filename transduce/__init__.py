@@ -36,9 +36,7 @@ __version__ = "0.2.0"
 def load(model: Path | str | list[Path | str], device: str | None = None) -> Translator:
     """A trained model, ready to translate: a run folder or a single checkpoint file; a list of
     them: their ensemble (the mean of their next-token probabilities)."""
-    if isinstance(model, (Path, str)):
-        return Translator.load(Path(model), device=device)
-    return Translator.load([Path(path) for path in model], device=device)
+    return Translator.load(model, device=device)
 
 
 def translate(

@@ -18,7 +18,7 @@ from ..models.ensemble import load_ensemble
 from ..models.int8 import Int8Weights, int8_products
 from ..models.int8 import available as int8_available
 from ..models.matmul import PackedWeights, packed_for_inference
-from ..models.saved import load_model
+from ..models.saved import load_model, model_paths
 from ..runtime import pick_device
 from ..tasks import get_task
 from .constraints import TreeConstraint
@@ -117,7 +117,7 @@ class Translator:
 
         `int8`: the large products in int8 (CPU only; `models/int8.py`).
         """
-        paths = [model] if isinstance(model, (Path, str)) else list(model)
+        paths = model_paths(model)
         if not paths:
             raise ValueError("no model given: name a run folder or a checkpoint file")
         if checkpoint is not None and len(paths) > 1:

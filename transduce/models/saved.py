@@ -7,6 +7,7 @@ Checkpoints written before the vocabulary travelled inside take it from their ru
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,11 @@ class SavedModel:
     vocab: Vocab
     path: Path  # the checkpoint file it came from
     step: int | None  # the update it was saved at (an average: its newest)
+
+
+def model_paths(model: Path | str | Sequence[Path | str]) -> list[Path]:
+    """One saved model's path, or several models' (an ensemble's), as a list of paths."""
+    return [Path(model)] if isinstance(model, (Path, str)) else [Path(path) for path in model]
 
 
 def load_model(path: Path | str, checkpoint: Path | str | None = None) -> SavedModel:

@@ -16,6 +16,7 @@ from ..data.bpe import Vocab
 from ..decoding.translate import Translator
 from ..models import count_parameters
 from ..models.ensemble import AttendDifferently
+from ..models.saved import model_paths
 from ..viz.alignment import align, default_layer, pharaoh
 from ..viz.capture import attention_of_ids, best_translations
 from ..viz.page import page_data
@@ -110,7 +111,7 @@ class Engine:
     ) -> Engine:
         """A run folder or a checkpoint file, named by its folder or file name; several of them,
         their ensemble (as `transduce translate --model A --model B`), named "A+B"."""
-        paths = [Path(path) for path in ([model] if isinstance(model, (Path, str)) else model)]
+        paths = model_paths(model)
         translator = Translator.load(paths, device=device, int8=int8)
         names = [path.name for path in paths]
         if len(set(names)) < len(names):  # runs/a/average.pt, runs/b/average.pt: a/, b/

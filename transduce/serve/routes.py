@@ -90,7 +90,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     decode = _decode_settings(server, body.beam_size, body.n_best, body.max_len_b)
     tokens = _checked_lengths(server, lines)
     if body.alignments:  # refused here, before it is batched with requests that can be served
-        _check(server.facts.check_attention)
+        _checked(server.facts.check_attention)
     work = TranslateWork(lines, decode, body.alignments)
     run = server.engine.translate
     job = _job(server, work, ("translate", decode), run, len(lines), tokens, decode.beam_size)
@@ -113,7 +113,7 @@ async def attention(body: AttentionRequest, request: Request) -> AttentionRespon
     server, started = request.app.state.server, _arrival(request)
     sentences = [body.text] if body.target is None else [body.text, body.target]
     tokens = _checked_lengths(server, sentences)
-    _check(server.facts.check_layer, body.layer)  # before any decoding
+    _checked(server.facts.check_layer, body.layer)  # before any decoding
     decode = _decode_settings(server, body.beam_size, 1, None)
     work = AttentionWork(body.text, body.target, decode, body.merge_words, body.layer)
     run = server.engine.attention
@@ -132,10 +132,10 @@ def _elapsed_ms(started: float) -> float:
     return round(1000 * (time.perf_counter() - started), 3)
 
 
-def _check(check, *args) -> None:
-    """`check(*args)`, its BadRequest answered 422."""
+def _checked(call, *args):
+    """`call(*args)`, its BadRequest answered 422."""
     try:
-        check(*args)
+        return call(*args)
     except BadRequest as error:
         raise HTTPException(422, str(error)) from error
 
@@ -146,10 +146,7 @@ def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int 
         raise HTTPException(422, f"beam_size={beam_size} exceeds the limit {settings.max_beam}")
     if max_len_b is not None and max_len_b > settings.max_len_b:
         raise HTTPException(422, f"max_len_b={max_len_b} exceeds the limit {settings.max_len_b}")
-    try:
-        return server.facts.decode_config(beam_size, n_best, max_len_b)
-    except BadRequest as error:
-        raise HTTPException(422, str(error)) from error
+    return _checked(server.facts.decode_config, beam_size, n_best, max_len_b)
 
 
 def _checked_lengths(server, lines: list[str]) -> int:

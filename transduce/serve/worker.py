@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from ..models.saved import model_paths
 from .engine import AttentionWork, Engine, ModelFacts, TranslateWork
 
 logger = logging.getLogger(__name__)
@@ -48,8 +49,7 @@ class DecoderProcess:
         threads: int | None = None,
         child_main: Callable[..., None] | None = None,
     ) -> None:
-        models = [model] if isinstance(model, (Path, str)) else list(model)
-        self._spec = ([str(path) for path in models], device, int8, threads)
+        self._spec = ([str(path) for path in model_paths(model)], device, int8, threads)
         self._child_main = child_main or _decode_forever
         self._lock = threading.Lock()
         self._process: multiprocessing.process.BaseProcess | None = None
