@@ -11,6 +11,11 @@ The public API, one import away; the names live in the subpackages of their pape
     outputs = [best[0][0] for best in translator.translate(["a dog runs ."])]
     print(transduce.score(outputs, ["ein hund rennt ."]))
     print(transduce.explain("the cat sat"))             # one encoder layer, every number
+
+Fine-tuning: new data in the model's vocabulary, then a run that starts from its weights:
+
+    transduce.prepare(files, "data/mine", vocab=transduce.load_vocab("runs/ende"), ...)
+    transduce.train(transduce.settings_to_fine_tune("runs/ende"), "data/mine", "runs/mine")
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from .data.dataset import PreparedData, prepare
 from .decoding.search import Hypothesis, beam_search, greedy_search
 from .decoding.translate import Translator
 from .models import Seq2Seq, build_model, count_parameters
-from .models.saved import load_model
+from .models.saved import load_model, load_vocab
 from .presets import base, big, preset, rnn, rnn_small, rnn_tiny, small, table3, tiny
 from .tasks import get_task
 from .tasks.metrics import Score, bleu, chrf
 from .training.loop import Trainer, TrainingError, train
+from .training.warm_start import settings_to_fine_tune
 from .viz import explain, translate_with_alignments
 
 __version__ = "0.2.0"
@@ -86,6 +92,7 @@ __all__ = [
     "greedy_search",
     "load",
     "load_model",
+    "load_vocab",
     "prepare",
     "preset",
     "read_parallel",
@@ -93,6 +100,7 @@ __all__ = [
     "rnn_small",
     "rnn_tiny",
     "score",
+    "settings_to_fine_tune",
     "small",
     "table3",
     "tiny",

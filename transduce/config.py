@@ -200,6 +200,8 @@ class TrainConfig:
     valid_beam: int = 1  # beam for that score; 1 (greedy) keeps validation cheap
     keep_last: int = 5  # checkpoints kept besides the best; the paper averages the last 5 / 20
     average_last: int = 5  # how many of the last, after warmup, make the final `average.pt`
+    # A saved model whose weights start the run, not its optimiser (training/warm_start.py)
+    init_from: str = ""
     seed: int = 1
     precision: str = "auto"  # PRECISIONS; auto: bf16 on a GPU or an AMX CPU (models/bf16.py)
     threads: int = 0  # CPU threads; 0 = torch's default

@@ -47,12 +47,13 @@ def add_set_argument(p: argparse.ArgumentParser, help: str | None = None) -> Non
     p.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE", help=help)
 
 
-def config_from(args: argparse.Namespace, flags: dict[str, object] | None = None):
-    """The preset, then the YAML file, then --set, then the flags that are not None."""
+def config_from(args: argparse.Namespace, flags: dict[str, object] | None = None, start=None):
+    """The preset (the paper's base if none is named) or `start`, a Config, then the YAML file,
+    then --set, then the flags that are not None."""
     from ..config import override, parse_assignments
     from ..presets import preset
 
-    config = preset(args.preset)
+    config = start if start is not None else preset(args.preset or "base")
     if getattr(args, "config", None):
         config = override(config, load_overrides(args.config))
     config = override(config, parse_assignments(args.set))

@@ -33,6 +33,13 @@ def add_verbs(verbs) -> None:
         type=int,
         help="joint BPE size (default 10000; ptb: 16000, as the paper's WSJ-only parser)",
     )
+    p.add_argument(
+        "--vocab",
+        type=Path,
+        help="encode with this vocabulary instead of training one: a trained model (run folder "
+        "or checkpoint), a prepared folder or a sentencepiece .model; to fine-tune that model on "
+        "this data (`train --init`)",
+    )
     p.add_argument("--force", action="store_true", help="redo even if --out is up to date")
     _add_parallel_arguments(p)
     _add_treebank_arguments(p)
@@ -109,6 +116,8 @@ def _vocab_size(args, default: int) -> int:
 def _prepare_treebank(args):
     from ..data.ptb import prepare_treebank
 
+    if args.vocab is not None:
+        raise ValueError("--vocab is for parallel corpora; ptb trains its own (tree labels whole)")
     if args.data_dir is None:
         raise ValueError("ptb needs --data-dir (or $TRANSDUCE_DATA): the treebank is licensed")
     vocab_size = _vocab_size(args, 16000)
@@ -130,6 +139,7 @@ def _prepare_parallel(args):
     if not (args.src and args.tgt):
         raise ValueError(f"{args.corpus} needs --src and --tgt")
     vocab_size = _vocab_size(args, 10000)  # before any download
+    vocab = _given_vocab(args)
     if args.corpus == "files":
         splits, tokenized = _user_files(args), args.tokenized
     else:
@@ -153,8 +163,20 @@ def _prepare_parallel(args):
         },
         task=scoring(tokenized),
         character_coverage=coverage,
+        vocab=vocab,
         force=args.force,
     )
+
+
+def _given_vocab(args):
+    """`--vocab`'s vocabulary, which replaces the BPE that `--vocab-size` would train."""
+    if args.vocab is None:
+        return None
+    if args.vocab_size is not None:
+        raise ValueError("give --vocab or --vocab-size, not both: --vocab brings its own size")
+    from ..models.saved import load_vocab
+
+    return load_vocab(args.vocab)
 
 
 def _user_files(args) -> dict[str, tuple[Path, Path]]:

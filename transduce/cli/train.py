@@ -26,6 +26,13 @@ def _add_train(verbs) -> None:
     )
     p.add_argument("--data", type=Path, required=True, help="a folder made by `prepare`")
     add_config_arguments(p, default_preset="base")
+    p.set_defaults(preset=None)  # base (config_from), unless --init brings the settings
+    p.add_argument(
+        "--init",
+        type=Path,
+        help="fine-tune: start from this model's weights and settings (a run folder or "
+        "checkpoint), with a new optimiser and schedule; the data prepared with --vocab MODEL",
+    )
     p.add_argument("--out", type=Path, required=True, help="the run folder")
     p.add_argument("--max-steps", type=int, help="= train.max_steps")
     p.add_argument("--max-minutes", type=float, help="= train.max_minutes")
@@ -48,9 +55,20 @@ def _train(args) -> None:
         "train.max_minutes": args.max_minutes,
         "train.seed": args.seed,
     }
-    config = config_from(args, flags)
+    config = config_from(args, flags, start=_starting_settings(args))
     path = train(config, args.data, args.out, resume=args.resume, device=args.device)
     logger.info("done: %s", path)
+
+
+def _starting_settings(args):
+    """With --init, the saved model's settings are the run's start, not a preset's."""
+    if args.init is None:
+        return None
+    if args.preset is not None:
+        raise ValueError("--init brings the model's settings: change them with --set, not --preset")
+    from ..training.warm_start import settings_to_fine_tune
+
+    return settings_to_fine_tune(args.init)
 
 
 def _add_average(verbs) -> None:

@@ -3,7 +3,7 @@
 `prepare` does the work once and stores it in a folder; a second call with the same inputs and
 options finds the fingerprint in `meta.json` and loads instead. Layout of the folder:
 
-    vocab.model, vocab.vocab     the joint sentencepiece model (bpe.py)
+    vocab.model, vocab.vocab     the joint sentencepiece model (bpe.py); a given one: .model only
     {split}.npz                  int32 ids of each side, flat, with int64 offsets (n + 1 of them),
                                  and `index`, the line number each pair came from
     {split}.src.txt / .tgt.txt   dev/test text exactly as read (references, translation input)
@@ -12,6 +12,7 @@ options finds the fingerprint in `meta.json` and loads instead. Layout of the fo
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import glob
 import hashlib
@@ -157,6 +158,7 @@ def prepare(
     character_coverage: float = 1.0,
     whole_tokens: Sequence[str] = (),
     extra_files: Mapping[str, Path] | None = None,
+    vocab: Vocab | None = None,
     force: bool = False,
 ) -> PreparedData:
     """Train the joint BPE on train src+tgt, encode every split, filter train, and save to `out`.
@@ -168,6 +170,8 @@ def prepare(
     `task` (default: translation scored by sacreBLEU's defaults) is recorded for training.
     `whole_tokens` stay one subword each (bpe.train_joint); `extra_files` are copied into the
     folder under the given names (e.g. the gold trees a parsing task scores against).
+    `vocab`, a trained model's vocabulary, is used as it is instead of training one (and
+    `vocab_size` is ignored), so that the model can be fine-tuned on the data (`train --init`).
     """
     if "train" not in splits:
         raise DataError(f"prepare needs a train split; got {', '.join(splits) or 'none'}")
@@ -180,6 +184,8 @@ def prepare(
         "description": description,
         "task": dataclasses.asdict(task or TaskConfig()),
     } | _optional_inputs(whole_tokens, extras)
+    if vocab is not None:  # its pieces are an input, as the files are
+        options |= {"vocab_size": vocab.size, "vocab": _bytes_hash(vocab.serialized)}
     fingerprint = _fingerprint(splits, options)
     if not force and _stored_fingerprint(out) == fingerprint:
         return _reuse(out)
@@ -191,7 +197,7 @@ def prepare(
         if not force and _stored_fingerprint(out) == fingerprint:  # made while this one waited
             return _reuse(out)
         _remove_leftovers(out)
-        _build_in_place(splits, out, options, fingerprint, length_filter, extras)
+        _build_in_place(splits, out, options, fingerprint, length_filter, extras, vocab)
     return PreparedData.load(out)
 
 
@@ -207,13 +213,14 @@ def _build_in_place(
     fingerprint: str,
     length_filter: LengthFilter,
     extras: dict[str, Path],
+    given_vocab: Vocab | None,
 ) -> None:
     """Build the dataset in a temporary folder beside `out`, then put it in `out`'s place."""
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is not
     try:
         start = time.perf_counter()
-        meta = _build(splits, tmp, options, fingerprint, length_filter)
+        meta = _build(splits, tmp, options, fingerprint, length_filter, given_vocab)
         for name, path in extras.items():
             shutil.copyfile(path, tmp / name)
         _swap(tmp, out)
@@ -244,19 +251,25 @@ def _build(
     options: dict,
     fingerprint: str,
     length_filter: LengthFilter,
+    given_vocab: Vocab | None,
 ) -> dict:
     texts = {name: read_parallel(*paths) for name, paths in splits.items()}
     for name, text in texts.items():  # an empty dev set would fail only at the first validation
         if not text.src:
             raise DataError(f"{splits[name][0]}: no lines; the {name} split needs at least one")
     train = texts["train"]
-    vocab = train_joint(
-        train.src + train.tgt,
-        options["vocab_size"],
-        folder / "vocab",
-        character_coverage=options["character_coverage"],
-        whole_tokens=options.get("whole_tokens", ()),
-    )
+    if given_vocab is not None:
+        (folder / "vocab.model").write_bytes(given_vocab.serialized)
+        vocab = Vocab.load(folder / "vocab.model")
+        _report_unknown_characters(train.src + train.tgt, vocab)
+    else:
+        vocab = train_joint(
+            train.src + train.tgt,
+            options["vocab_size"],
+            folder / "vocab",
+            character_coverage=options["character_coverage"],
+            whole_tokens=options.get("whole_tokens", ()),
+        )
     report: dict[str, int] = {}
     counts = {}
     for name, text in texts.items():
@@ -280,6 +293,23 @@ def _build(
     meta.update(splits=counts, filter_report=report, sentencepiece=sentencepiece.__version__)
     (folder / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     return meta
+
+
+def _report_unknown_characters(lines: list[str], vocab: Vocab) -> None:
+    """Warn when the training text holds characters a given vocabulary lacks: they all become one
+    unknown piece, which a model fine-tuned on them can read but never write."""
+    known = vocab.characters() | {" "}
+    counts = collections.Counter(char for line in lines for char in line if char not in known)
+    if not counts:
+        return
+    shown = ", ".join(repr(char) for char, _ in counts.most_common(8))
+    logger.warning(
+        "the given vocabulary lacks %d character(s) of the training text, %d time(s) in all (most "
+        "often %s): each becomes <unk>, which a model fine-tuned on this data cannot write",
+        len(counts),
+        counts.total(),
+        shown,
+    )
 
 
 def _write_split(path: Path, src: list[list[int]], tgt: list[list[int]], keep: list[int]) -> None:
@@ -309,6 +339,10 @@ def _fingerprint(splits: dict[str, tuple[Path, Path]], options: dict) -> str:
     tree = {"format": FORMAT, "files": files, "options": options}
     tree["sentencepiece"] = sentencepiece.__version__
     return hashlib.sha256(json.dumps(tree, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _bytes_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _file_hash(path: Path) -> str:

@@ -47,6 +47,18 @@ def load_model(path: Path | str, checkpoint: Path | str | None = None) -> SavedM
     return SavedModel(model.eval(), config, vocab, file, step if isinstance(step, int) else None)
 
 
+def load_vocab(path: Path | str) -> Vocab:
+    """The vocabulary of a saved model (run folder or checkpoint file), of a prepared data folder,
+    or a sentencepiece model file itself: what `prepare --vocab` encodes new data with."""
+    path = Path(path)
+    if path.is_dir() and (path / "vocab.model").is_file():  # a run's or a prepared folder's
+        return Vocab.load(path / "vocab.model")
+    if path.suffix == ".model":
+        return Vocab.load(path)
+    file = path if path.is_file() else default_checkpoint(path)
+    return _vocabulary(load(file), file, path)
+
+
 def _vocabulary(state: dict, file: Path, given: Path) -> Vocab:
     if "vocab" in state:
         return Vocab.from_bytes(state["vocab"])

@@ -27,7 +27,7 @@ from ..config import Config
 from ..data.batching import Batch, collate
 from ..data.dataset import PreparedData
 from ..data.epochs import Pairs, TrainingEpochs
-from ..models import bf16, build_model, count_parameters
+from ..models import bf16, count_parameters
 from ..models.dropout import LateDropout
 from ..runtime import pick_device
 from ..tasks import get_task, resolve_config
@@ -48,6 +48,7 @@ from .schedule import budget_used, cooldown_factor, make_optimizer, make_schedul
 from .step import StepResult, TrainingError, explain_out_of_memory, train_step
 from .stopping import StopRequests, TrainingStopped
 from .validation import validate
+from .warm_start import initial_model
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class Trainer:
     def _build_model(self):
         train = self.config.train
         torch.manual_seed(train.seed)  # the same initial parameters in every process
-        model = build_model(self.config.model, self.vocab).to(self.device)
+        model = initial_model(self.config, self.data).to(self.device)  # or init_from's
         # Each process draws its own dropout masks; one process keeps the seed as it is.
         torch.manual_seed(train.seed + 1000 * self.processes.rank)
         random.seed(train.seed)

@@ -69,7 +69,7 @@ def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
         same = replace(previous.train, **{k: getattr(config.train, k) for k in limits})
         previous = replace(previous, train=same)
         if previous != config:
-            changes = _changes(previous, config)
+            changes = setting_changes(previous, config)
             raise RunFolderError(
                 f"{saved}: --resume with a different configuration ({changes}); only "
                 "train.max_steps, max_epochs and max_minutes may change"
@@ -80,7 +80,7 @@ def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
         _check_started_run_only(run_dir)
 
 
-def _changes(before: Config, after: Config) -> str:
+def setting_changes(before: Config, after: Config) -> str:
     """'model.d_ff 256 -> 128, ...': each setting that differs, by its --set name."""
     old, new = _settings(before), _settings(after)
     changed = [key for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
