@@ -135,6 +135,13 @@ def test_the_run_starts_from_the_saved_weights_and_its_settings(pretrained):
                    if "norm" not in name)  # fmt: skip
 
 
+def test_a_relative_model_path_is_recorded_whole(pretrained, monkeypatch):
+    """So that `--resume` typed in another folder names the same model, and the same run."""
+    monkeypatch.chdir(pretrained)
+    config = settings_to_fine_tune("run")
+    assert config.train.init_from == str((pretrained / "run").resolve())
+
+
 def test_only_the_dropout_rates_of_the_model_may_change(pretrained):
     new = PreparedData.load(pretrained / "new")
     initial_model(fine_tuning(pretrained, **{"model.dropout": 0.3}), new)
