@@ -217,3 +217,12 @@ def test_a_resumed_fine_tuning_run_ends_where_an_unbroken_one_does(pretrained, t
     resumed = train("resumed", 4, resume=True)
     for name, weight in unbroken.items():
         torch.testing.assert_close(resumed[name], weight, rtol=0, atol=0, msg=name)
+
+
+def test_resuming_without_init_names_the_model_the_run_began_with(pretrained, tmp_path):
+    run("train", "--data", pretrained / "new", "--init", pretrained / "run", "--out",
+        tmp_path / "ft", "--max-steps", 2)  # fmt: skip
+    began = str((pretrained / "run").resolve())
+    with pytest.raises(SystemExit, match=f"it began with --init {began}: give that again"):
+        run("train", "--data", pretrained / "new", "--out", tmp_path / "ft", "--resume",
+            "--max-steps", 4)  # fmt: skip

@@ -70,9 +70,11 @@ def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
         previous = replace(previous, train=same)
         if previous != config:
             changes = setting_changes(previous, config)
+            began = previous.train.init_from
+            hint = f" (it began with --init {began}: give that again)" if began else ""
             raise RunFolderError(
                 f"{saved}: --resume with a different configuration ({changes}); only "
-                "train.max_steps, max_epochs and max_minutes may change"
+                f"train.max_steps, max_epochs and max_minutes may change{hint}"
             )
     elif not resume and (run_dir / "checkpoints").exists():
         raise RunFolderError(f"{run_dir} already holds a run: pass --resume or a new --out")
