@@ -110,6 +110,29 @@ def test_the_decoding_process_serves_an_ensemble(models):
     assert [t["text"] for t in answer.json()["translations"]] == expected
 
 
+def test_an_ensemble_in_int8_is_served_as_translate_int8_decodes_it(models, monkeypatch):
+    """Every member's products in int8 (the toy's too, the threshold lowered), and the answers
+    those of `Translator.load(pair, int8=True)`, not float32's."""
+    from transduce.models import int8
+
+    if not int8.available:
+        pytest.skip("this PyTorch has no oneDNN int8 products")
+    monkeypatch.setattr(int8, "MIN_MULTIPLY_ADDS", 0)
+    pair, lines = [models["a"], models["b"]], sentences(12, seed=5)
+    engine = Engine.load(pair, int8=True)
+    with Background(engine, LOOPBACK) as url, httpx.Client(base_url=url, timeout=60) as client:
+        answer = client.post("/v1/translate", json={"texts": lines, "n_best": 2})
+        assert answer.status_code == 200, answer.text
+    quantized = {id(weight) for weight, _, _ in engine.translator.int8_weights.values()}
+    for member in engine.translator.model.members:
+        assert id(member.output_weight) in quantized
+    offline = Translator.load(pair, int8=True).translate(lines, replace(DECODE, n_best=2))
+    float32 = Translator.load(pair).translate(lines, replace(DECODE, n_best=2))
+    got = [[(o["text"], o["score"]) for o in t["n_best"]] for t in answer.json()["translations"]]
+    assert got == [[(text, score) for text, score, *_ in hyps] for hyps in offline]
+    assert got != [[(text, score) for text, score, *_ in hyps] for hyps in float32]
+
+
 def test_one_model_is_served_as_itself_and_models_of_one_file_name_by_their_folders(
     models, tmp_path
 ):
