@@ -11,7 +11,7 @@ import torch
 
 from transduce.cli import main
 from transduce.config import ConfigError, override
-from transduce.data.corpus import LengthFilter
+from transduce.data.corpus import DataError, LengthFilter
 from transduce.data.dataset import PreparedData, prepare
 from transduce.models.saved import load_model, load_vocab
 from transduce.training.checkpoint import load
@@ -103,6 +103,20 @@ def test_characters_the_given_vocabulary_lacks_are_named(pretrained, tmp_path, c
         prepare(reverse_task_files(tmp_path, n_train=50), tmp_path / "q", vocab=vocab,
                 vocab_size=16, length_filter=LengthFilter(), description={})  # fmt: skip
     assert "lacks" not in caplog.text
+
+
+def test_a_sentencepiece_model_of_other_special_ids_is_refused(tmp_path):
+    """sentencepiece's defaults (unk 0, bos 1, eos 2, no pad) are not this toolkit's."""
+    import sentencepiece as spm
+
+    splits = reverse_task_files(tmp_path, n_train=50)
+    spm.SentencePieceTrainer.train(input=str(splits["train"][0]), model_prefix=str(tmp_path / "sp"),
+                                   vocab_size=12, model_type="bpe", minloglevel=2)  # fmt: skip
+    vocab = load_vocab(tmp_path / "sp.model")
+    with pytest.raises(DataError, match="numbers its special pieces pad -1, unk 0, bos 1, eos 2"):
+        prepare(splits, tmp_path / "p", vocab=vocab, vocab_size=12, length_filter=LengthFilter(),
+                description={})  # fmt: skip
+    assert not (tmp_path / "p").exists()
 
 
 def test_prepare_refuses_a_vocabulary_with_a_size_or_for_a_treebank(pretrained, tmp_path):

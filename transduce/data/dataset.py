@@ -33,7 +33,7 @@ import sentencepiece
 
 from ..config import TaskConfig
 from ..files import waiting_turn
-from .bpe import Vocab, train_joint
+from .bpe import BOS, EOS, PAD, UNK, Vocab, train_joint
 from .corpus import DataError, LengthFilter, ParallelText, filter_pairs, read_parallel
 
 logger = logging.getLogger(__name__)
@@ -185,6 +185,7 @@ def prepare(
         "task": dataclasses.asdict(task or TaskConfig()),
     } | _optional_inputs(whole_tokens, extras)
     if vocab is not None:  # its pieces are an input, as the files are
+        _check_special_ids(vocab)
         options |= {"vocab_size": vocab.size, "vocab": _bytes_hash(vocab.serialized)}
     fingerprint = _fingerprint(splits, options)
     if not force and _stored_fingerprint(out) == fingerprint:
@@ -293,6 +294,18 @@ def _build(
     meta.update(splits=counts, filter_report=report, sentencepiece=sentencepiece.__version__)
     (folder / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     return meta
+
+
+def _check_special_ids(vocab: Vocab) -> None:
+    """A sentencepiece model trained elsewhere numbers its special pieces its own way (its
+    defaults: unk 0, bos 1, eos 2, no padding); models here embed padding at 0 (bpe.py)."""
+    ids = {"pad": vocab.pad, "unk": vocab.unk, "bos": vocab.bos, "eos": vocab.eos}
+    if tuple(ids.values()) != (PAD, UNK, BOS, EOS):
+        found = ", ".join(f"{name} {i}" for name, i in ids.items())
+        raise DataError(
+            f"the given vocabulary numbers its special pieces {found}; transduce needs pad 0, "
+            "unk 1, bos 2, eos 3 (sentencepiece's pad_id=0 unk_id=1 bos_id=2 eos_id=3)"
+        )
 
 
 def _report_unknown_characters(lines: list[str], vocab: Vocab) -> None:
