@@ -5,18 +5,24 @@ optimiser and schedule (`train --init`, `train.init_from`)."""
 import json
 import logging
 import random
+import shutil
+from dataclasses import replace
 
 import pytest
 import torch
 
 from transduce.cli import main
-from transduce.config import ConfigError, override
+from transduce.config import ConfigError, TrainConfig, override
 from transduce.data.corpus import DataError, LengthFilter
 from transduce.data.dataset import PreparedData, prepare
+from transduce.models import build_model
 from transduce.models.saved import load_model, load_vocab
-from transduce.training.checkpoint import load
-from transduce.training.loop import Trainer
-from transduce.training.warm_start import initial_model, settings_to_fine_tune
+from transduce.training.checkpoint import load, save
+from transduce.training.warm_start import (
+    NOT_INHERITED,
+    load_initial_weights,
+    settings_to_fine_tune,
+)
 
 from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files, write_lines
 
@@ -80,8 +86,8 @@ def test_the_given_vocabulary_is_an_input_of_the_prepared_folder(pretrained, tmp
     vocab, options = load_vocab(pretrained / "run"), dict(length_filter=LengthFilter())
     options |= dict(description={}, vocab_size=16)
     first = prepare(splits, tmp_path / "p", vocab=vocab, **options)
-    with caplog.at_level(logging.INFO):
-        prepare(splits, tmp_path / "p", vocab=vocab, **options)
+    with caplog.at_level(logging.INFO):  # no BPE is trained: its coverage does not count
+        prepare(splits, tmp_path / "p", vocab=vocab, character_coverage=0.5, **options)
     assert "from the same inputs and options; loading it" in caplog.text
     trained = prepare(splits, tmp_path / "p", **options)
     assert trained.meta["fingerprint"] != first.meta["fingerprint"]
@@ -103,6 +109,30 @@ def test_characters_the_given_vocabulary_lacks_are_named(pretrained, tmp_path, c
         prepare(reverse_task_files(tmp_path, n_train=50), tmp_path / "q", vocab=vocab,
                 vocab_size=16, length_filter=LengthFilter(), description={})  # fmt: skip
     assert "lacks" not in caplog.text
+
+
+def test_characters_are_looked_up_through_the_vocabularys_own_normalisation(tmp_path, caplog):
+    """A model trained elsewhere with NFKC reads a full-width 'ｆ' as 'f': not missing."""
+    import sentencepiece as spm
+
+    splits = reverse_task_files(tmp_path, n_train=50)
+    spm.SentencePieceTrainer.train(input=str(splits["train"][0]), model_prefix=str(tmp_path / "sp"),
+                                   vocab_size=16, model_type="bpe", pad_id=0, unk_id=1, bos_id=2,
+                                   eos_id=3, minloglevel=2)  # fmt: skip
+    write_lines(tmp_path / "train.src", ["a ｂ", "x"])
+    write_lines(tmp_path / "train.tgt", ["ｂ a", "x"])
+    with caplog.at_level(logging.WARNING):
+        prepare(splits, tmp_path / "p", vocab=load_vocab(tmp_path / "sp.model"),
+                length_filter=LengthFilter(), description={})  # fmt: skip
+    assert "lacks 1 character(s) of the training text, 2 time(s) in all (most often 'x')" in (
+        caplog.text
+    )
+
+
+def test_prepare_needs_a_size_or_a_vocabulary(tmp_path):
+    with pytest.raises(DataError, match="prepare needs vocab_size, the BPE's size to train, or a"):
+        prepare(reverse_task_files(tmp_path, n_train=10), tmp_path / "p",
+                length_filter=LengthFilter(), description={})  # fmt: skip
 
 
 def test_a_sentencepiece_model_of_other_special_ids_is_refused(tmp_path):
@@ -133,37 +163,60 @@ def fine_tuning(pretrained, **changes):
     return override(config, changes)
 
 
-def test_the_run_starts_from_the_saved_weights_and_its_settings(pretrained):
+def started(config, data: PreparedData):
+    """The model a run of `config` starts from: built (seeded), then init_from's weights."""
+    torch.manual_seed(5)
+    model = build_model(config.model, data.vocab)
+    load_initial_weights(model, config, data)
+    return model
+
+
+def test_the_run_starts_from_the_saved_weights_and_its_recipe(pretrained):
     saved, new = load_model(pretrained / "run"), PreparedData.load(pretrained / "new")
     config = fine_tuning(pretrained)
-    assert config.train.init_from == str((pretrained / "run").resolve())
+    assert config.train.init_from == str((pretrained / "run" / "average.pt").resolve())
     assert config.model == saved.config.model and config.data == saved.config.data
-    torch.manual_seed(5)
-    model = initial_model(config, new)
+    assert config.train.label_smoothing == saved.config.train.label_smoothing
+    assert config.train.warmup_steps == saved.config.train.warmup_steps == 50  # its recipe
+    model = started(config, new)
     for name, weight in saved.model.state_dict().items():
         torch.testing.assert_close(model.state_dict()[name], weight, rtol=0, atol=0, msg=name)
-    torch.manual_seed(5)  # without init_from: the seed's fresh weights
-    fresh = initial_model(override(config, {"train.init_from": ""}), new)
+    fresh = started(override(config, {"train.init_from": ""}), new)  # the seed's weights
     fresh_weights, saved_weights = fresh.state_dict(), saved.model.state_dict()
     assert not any(torch.equal(fresh_weights[name], w) for name, w in saved_weights.items()
                    if "norm" not in name)  # fmt: skip
 
 
+def test_the_budget_the_update_counts_and_the_machine_are_not_inherited(tmp_path, pretrained):
+    """The saved run's limits, late dropout and precision describe that run and its host."""
+    saved = load_model(pretrained / "run")
+    odd = {"max_steps": 4, "max_minutes": 20.0, "max_epochs": 3, "late_dropout": 800}
+    odd |= {"rdrop": 1.0, "rdrop_after": 300, "precision": "bf16", "threads": 1, "compile": "on"}
+    state = load(saved.path)
+    state["config"] = replace(saved.config, train=replace(saved.config.train, **odd)).to_json()
+    save(state, tmp_path / "odd.pt")
+    train = settings_to_fine_tune(tmp_path / "odd.pt").train
+    assert {name: getattr(train, name) for name in NOT_INHERITED} == {
+        name: getattr(TrainConfig(), name) for name in NOT_INHERITED
+    }
+    assert set(NOT_INHERITED) <= set(odd) and train.rdrop == 1.0  # R-Drop is the recipe's
+
+
 def test_a_relative_model_path_is_recorded_whole(pretrained, monkeypatch):
-    """So that `--resume` typed in another folder names the same model, and the same run."""
+    """The checkpoint file the run began from, wherever the command was typed."""
     monkeypatch.chdir(pretrained)
     config = settings_to_fine_tune("run")
-    assert config.train.init_from == str((pretrained / "run").resolve())
+    assert config.train.init_from == str((pretrained / "run" / "average.pt").resolve())
 
 
 def test_only_the_dropout_rates_of_the_model_may_change(pretrained):
     new = PreparedData.load(pretrained / "new")
-    initial_model(fine_tuning(pretrained, **{"model.dropout": 0.3}), new)
-    initial_model(fine_tuning(pretrained, **{"model.attention_dropout": 0.2}), new)
+    started(fine_tuning(pretrained, **{"model.dropout": 0.3}), new)
+    started(fine_tuning(pretrained, **{"model.attention_dropout": 0.2}), new)
     with pytest.raises(ConfigError, match=r"but for its dropout; this run changes model\.d_ff 32"):
-        initial_model(fine_tuning(pretrained, **{"model.d_ff": 48}), new)
+        started(fine_tuning(pretrained, **{"model.d_ff": 48}), new)
     with pytest.raises(ConfigError, match=r"model\.pre_norm True -> False"):  # same shapes
-        initial_model(fine_tuning(pretrained, **{"model.pre_norm": False}), new)
+        started(fine_tuning(pretrained, **{"model.pre_norm": False}), new)
 
 
 def test_data_of_another_vocabulary_is_refused_naming_the_fix(pretrained, tmp_path):
@@ -177,7 +230,7 @@ def test_data_of_another_vocabulary_is_refused_naming_the_fix(pretrained, tmp_pa
     ours = PreparedData.load(pretrained / "new").vocab
     assert other.vocab.size == ours.size and other.vocab.serialized != ours.serialized
     with pytest.raises(ConfigError, match=r"another vocabulary .*: prepare the data with --vocab"):
-        initial_model(fine_tuning(pretrained), other)
+        started(fine_tuning(pretrained), other)
 
 
 def test_train_init_trains_from_the_model_with_a_new_optimiser(pretrained, tmp_path, monkeypatch):
@@ -205,7 +258,7 @@ def test_train_init_trains_from_the_model_with_a_new_optimiser(pretrained, tmp_p
     train, d_model = saved.config.train, saved.config.model.d_model
     assert rate == pytest.approx(train.lr_scale * d_model**-0.5 * train.warmup_steps**-1.5)
     config = json.loads((tmp_path / "ft" / "config.json").read_text())
-    assert config["train"]["init_from"] == str((pretrained / "run").resolve())
+    assert config["train"]["init_from"] == str(saved.path.resolve())
     assert config["model"]["dropout"] == 0.2 and config["model"]["d_ff"] == 32
     state = load(tmp_path / "ft" / "checkpoints" / "step_00000002.pt")
     assert state["progress"]["step"] == 2
@@ -213,30 +266,26 @@ def test_train_init_trains_from_the_model_with_a_new_optimiser(pretrained, tmp_p
 
 
 def test_init_with_a_preset_is_refused(pretrained, tmp_path):
-    with pytest.raises(SystemExit, match="--init brings the model's settings"):
+    with pytest.raises(SystemExit, match="fine-tuning takes the model's settings"):
         run("train", "--data", pretrained / "new", "--init", pretrained / "run", "--preset",
             "tiny", "--out", tmp_path / "ft")  # fmt: skip
 
 
-def test_a_resumed_fine_tuning_run_ends_where_an_unbroken_one_does(pretrained, tmp_path):
-    new = PreparedData.load(pretrained / "new")
+def test_a_fine_tuning_run_resumes_without_the_model_it_began_from(pretrained, tmp_path):
+    """Resumed with or without --init, after that model is gone, it ends as an unbroken run;
+    --init naming another model is refused."""
+    shutil.copytree(pretrained / "run", tmp_path / "model")
 
-    def train(name: str, steps: int, resume: bool) -> dict:
-        config = fine_tuning(pretrained, **{"train.max_steps": steps})
-        trainer = Trainer(config, new, tmp_path / name, resume, torch.device("cpu"))
-        return load(trainer.run())["model"]
+    def train(name: str, steps: int, *more) -> dict:
+        run("train", "--data", pretrained / "new", "--out", tmp_path / name, "--max-steps",
+            steps, *more)  # fmt: skip
+        return load(tmp_path / name / "average.pt")["model"]
 
-    unbroken = train("unbroken", 4, resume=False)
-    train("resumed", 2, resume=False)
-    resumed = train("resumed", 4, resume=True)
+    unbroken = train("unbroken", 4, "--init", tmp_path / "model")
+    train("resumed", 2, "--init", tmp_path / "model")
+    shutil.rmtree(tmp_path / "model")
+    with pytest.raises(SystemExit, match=r"began from .*model/average\.pt, not .*run"):
+        train("resumed", 4, "--resume", "--init", pretrained / "run")
+    resumed = train("resumed", 4, "--resume")
     for name, weight in unbroken.items():
         torch.testing.assert_close(resumed[name], weight, rtol=0, atol=0, msg=name)
-
-
-def test_resuming_without_init_names_the_model_the_run_began_with(pretrained, tmp_path):
-    run("train", "--data", pretrained / "new", "--init", pretrained / "run", "--out",
-        tmp_path / "ft", "--max-steps", 2)  # fmt: skip
-    began = str((pretrained / "run").resolve())
-    with pytest.raises(SystemExit, match=f"it began with --init {began}: give that again"):
-        run("train", "--data", pretrained / "new", "--out", tmp_path / "ft", "--resume",
-            "--max-steps", 4)  # fmt: skip

@@ -14,7 +14,8 @@ The public API, one import away; the names live in the subpackages of their pape
 
 Fine-tuning: new data in the model's vocabulary, then a run that starts from its weights:
 
-    transduce.prepare(files, "data/mine", vocab=transduce.load_vocab("runs/ende"), ...)
+    transduce.prepare(files, "data/mine", vocab=transduce.load_vocab("runs/ende"),
+                      length_filter=transduce.LengthFilter(), description={})
     transduce.train(transduce.settings_to_fine_tune("runs/ende"), "data/mine", "runs/mine")
 """
 

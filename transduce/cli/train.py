@@ -21,8 +21,8 @@ def _add_train(verbs) -> None:
     p = verbs.add_parser(
         "train",
         help="train a model on prepared data",
-        description="Train a model (s5). Settings come from --preset, "
-        "then --config FILE.yaml, then --set key=value, then the flags.",
+        description="Train a model (s5). Settings come from --preset (or with --init from the "
+        "model to fine-tune), then --config FILE.yaml, then --set key=value, then the flags.",
     )
     p.add_argument("--data", type=Path, required=True, help="a folder made by `prepare`")
     add_config_arguments(p, default_preset="base")
@@ -61,14 +61,16 @@ def _train(args) -> None:
 
 
 def _starting_settings(args):
-    """With --init, the saved model's settings are the run's start, not a preset's."""
-    if args.init is None:
+    """With --init, the saved model's settings are the run's start, not a preset's; resuming a
+    run that began so, its own (the model it began from may be gone)."""
+    from ..training import warm_start
+
+    resumed = warm_start.settings_to_resume(args.out, args.init) if args.resume else None
+    if args.init is None and resumed is None:
         return None
     if args.preset is not None:
-        raise ValueError("--init brings the model's settings: change them with --set, not --preset")
-    from ..training.warm_start import settings_to_fine_tune
-
-    return settings_to_fine_tune(args.init)
+        raise ValueError("fine-tuning takes the model's settings: --set changes them, not --preset")
+    return resumed or warm_start.settings_to_fine_tune(args.init)
 
 
 def _add_average(verbs) -> None:

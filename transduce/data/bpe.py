@@ -88,12 +88,6 @@ class Vocab:
         """The ids of subword strings, e.g. as another toolkit returns them."""
         return [self._sp.piece_to_id(piece) for piece in pieces]
 
-    def characters(self) -> set[str]:
-        """Every character a piece holds ("\u2581" marks a space): any other becomes <unk>."""
-        sp = self._sp
-        normal = (i for i in range(self.size) if not (sp.is_control(i) or sp.is_unknown(i)))
-        return set("".join(sp.id_to_piece(i) for i in normal))
-
     def pieces(self, ids: Sequence[int]) -> list[str]:
         """The subword strings of `ids`, for attention maps and debugging."""
         return [self._sp.id_to_piece(int(i)) for i in ids]

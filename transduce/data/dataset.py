@@ -12,7 +12,6 @@ options finds the fingerprint in `meta.json` and loads instead. Layout of the fo
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import glob
 import hashlib
@@ -33,8 +32,9 @@ import sentencepiece
 
 from ..config import TaskConfig
 from ..files import waiting_turn
-from .bpe import BOS, EOS, PAD, UNK, Vocab, train_joint
+from .bpe import Vocab, train_joint
 from .corpus import DataError, LengthFilter, ParallelText, filter_pairs, read_parallel
+from .given_vocab import adopt, check_special_ids
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def prepare(
     splits: dict[str, tuple[Path, Path]],
     out: Path,
     *,
-    vocab_size: int,
+    vocab_size: int | None = None,
     length_filter: LengthFilter,
     description: dict,
     task: TaskConfig | None = None,
@@ -170,8 +170,8 @@ def prepare(
     `task` (default: translation scored by sacreBLEU's defaults) is recorded for training.
     `whole_tokens` stay one subword each (bpe.train_joint); `extra_files` are copied into the
     folder under the given names (e.g. the gold trees a parsing task scores against).
-    `vocab`, a trained model's vocabulary, is used as it is instead of training one (and
-    `vocab_size` is ignored), so that the model can be fine-tuned on the data (`train --init`).
+    `vocab`, a trained model's vocabulary, is used as it is instead of training one of
+    `vocab_size`, so that the model can be fine-tuned on the data (`train --init`).
     """
     if "train" not in splits:
         raise DataError(f"prepare needs a train split; got {', '.join(splits) or 'none'}")
@@ -184,9 +184,12 @@ def prepare(
         "description": description,
         "task": dataclasses.asdict(task or TaskConfig()),
     } | _optional_inputs(whole_tokens, extras)
-    if vocab is not None:  # its pieces are an input, as the files are
-        _check_special_ids(vocab)
+    if vocab is not None:  # its pieces are an input, as the files are; no BPE is trained
+        check_special_ids(vocab)
         options |= {"vocab_size": vocab.size, "vocab": _bytes_hash(vocab.serialized)}
+        del options["character_coverage"]
+    elif vocab_size is None:
+        raise DataError("prepare needs vocab_size, the BPE's size to train, or a vocab to use")
     fingerprint = _fingerprint(splits, options)
     if not force and _stored_fingerprint(out) == fingerprint:
         return _reuse(out)
@@ -260,9 +263,7 @@ def _build(
             raise DataError(f"{splits[name][0]}: no lines; the {name} split needs at least one")
     train = texts["train"]
     if given_vocab is not None:
-        (folder / "vocab.model").write_bytes(given_vocab.serialized)
-        vocab = Vocab.load(folder / "vocab.model")
-        _report_unknown_characters(train.src + train.tgt, vocab)
+        vocab = adopt(given_vocab, folder / "vocab.model", train.src + train.tgt)
     else:
         vocab = train_joint(
             train.src + train.tgt,
@@ -294,35 +295,6 @@ def _build(
     meta.update(splits=counts, filter_report=report, sentencepiece=sentencepiece.__version__)
     (folder / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     return meta
-
-
-def _check_special_ids(vocab: Vocab) -> None:
-    """A sentencepiece model trained elsewhere numbers its special pieces its own way (its
-    defaults: unk 0, bos 1, eos 2, no padding); models here embed padding at 0 (bpe.py)."""
-    ids = {"pad": vocab.pad, "unk": vocab.unk, "bos": vocab.bos, "eos": vocab.eos}
-    if tuple(ids.values()) != (PAD, UNK, BOS, EOS):
-        found = ", ".join(f"{name} {i}" for name, i in ids.items())
-        raise DataError(
-            f"the given vocabulary numbers its special pieces {found}; transduce needs pad 0, "
-            "unk 1, bos 2, eos 3 (sentencepiece's pad_id=0 unk_id=1 bos_id=2 eos_id=3)"
-        )
-
-
-def _report_unknown_characters(lines: list[str], vocab: Vocab) -> None:
-    """Warn when the training text holds characters a given vocabulary lacks: they all become one
-    unknown piece, which a model fine-tuned on them can read but never write."""
-    known = vocab.characters() | {" "}
-    counts = collections.Counter(char for line in lines for char in line if char not in known)
-    if not counts:
-        return
-    shown = ", ".join(repr(char) for char, _ in counts.most_common(8))
-    logger.warning(
-        "the given vocabulary lacks %d character(s) of the training text, %d time(s) in all (most "
-        "often %s): each becomes <unk>, which a model fine-tuned on this data cannot write",
-        len(counts),
-        counts.total(),
-        shown,
-    )
 
 
 def _write_split(path: Path, src: list[list[int]], tgt: list[list[int]], keep: list[int]) -> None:

@@ -87,10 +87,16 @@ def _check_positions(config: Config, data: PreparedData) -> None:
     splits = [data.split(name) for name in ("train", "dev") if name in data.splits]
     longest = max(int(max(s.src_lengths.max(), s.tgt_lengths.max())) for s in splits if len(s))
     if longest + 1 > config.model.max_positions:
+        fix = (  # a model fine-tuned keeps its table of positions (training/warm_start.py)
+            f"prepare the data with --max-len {config.model.max_positions - 1}, and a dev set "
+            "within it"
+            if config.train.init_from
+            else f"set model.max_positions={longest + 1} or more, or prepare the data with a "
+            "smaller maximum length"
+        )
         raise ConfigError(
             f"model.max_positions={config.model.max_positions} is shorter than the data's longest "
-            f"sentence ({longest} subwords + EOS): set model.max_positions={longest + 1} or more, "
-            "or prepare the data with a smaller maximum length"
+            f"sentence ({longest} subwords + EOS): {fix}"
         )
 
 

@@ -27,7 +27,7 @@ from ..config import Config
 from ..data.batching import Batch, collate
 from ..data.dataset import PreparedData
 from ..data.epochs import Pairs, TrainingEpochs
-from ..models import bf16, count_parameters
+from ..models import bf16, build_model, count_parameters
 from ..models.dropout import LateDropout
 from ..runtime import pick_device
 from ..tasks import get_task, resolve_config
@@ -48,7 +48,7 @@ from .schedule import budget_used, cooldown_factor, make_optimizer, make_schedul
 from .step import StepResult, TrainingError, explain_out_of_memory, train_step
 from .stopping import StopRequests, TrainingStopped
 from .validation import validate
-from .warm_start import initial_model
+from .warm_start import load_initial_weights
 
 logger = logging.getLogger(__name__)
 
@@ -121,8 +121,8 @@ class Trainer:
         self._validate_first = False  # a validation to redo: it failed when the run stopped
         self._resumed_stopped = False  # from a stopped file (an old one: no step file of its step)
         self.stops = StopRequests()
-        if resume:
-            self._restore()
+        if not (resume and self._restore()):  # a new run: from init_from's weights, if named
+            load_initial_weights(self.model, self.config, data)
         self.log = RunLog(run_dir, self.progress.step if resume else None)
         logger.info(
             "model: %s parameters; device %s%s; %d process(es)",
@@ -137,7 +137,7 @@ class Trainer:
     def _build_model(self):
         train = self.config.train
         torch.manual_seed(train.seed)  # the same initial parameters in every process
-        model = initial_model(self.config, self.data).to(self.device)  # or init_from's
+        model = build_model(self.config.model, self.vocab).to(self.device)
         # Each process draws its own dropout masks; one process keeps the seed as it is.
         torch.manual_seed(train.seed + 1000 * self.processes.rank)
         random.seed(train.seed)
@@ -166,14 +166,14 @@ class Trainer:
             )
         return epochs
 
-    def _restore(self) -> None:
+    def _restore(self) -> bool:  # False: no checkpoint to resume from
         self.processes.on_main(self.store.recover)
         state = self.store.load_latest()
         log_path = self.run_dir / "log.jsonl"
         if state is None:
             logger.warning("nothing to resume in %s: starting afresh", self.run_dir)
             self.processes.on_main(lambda: keep_log_until(log_path, 0))
-            return
+            return False
         world = state["progress"].get("world", 1)
         if world != self.processes.world:
             raise TrainingError(
@@ -191,6 +191,7 @@ class Trainer:
         # Forget what a killed session logged after its checkpoint: it will be redone.
         self.processes.on_main(lambda: keep_log_until(log_path, self.progress.step))
         logger.info("resumed from step %d (epoch %d)", self.progress.step, self.progress.epoch)
+        return True
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -383,8 +384,7 @@ class Trainer:
         self.log.write(record)
 
     def _average(self) -> Path:
-        """Average the last `train.average_last` checkpoints (s6.1) into `average.pt`, of those
-        past the warmup and in the run's second half."""
+        """`average.pt`: the last checkpoints past warmup averaged (s6.1; steps_to_average)."""
         out = self.run_dir / AVERAGE_FILE
 
         def write_average() -> None:

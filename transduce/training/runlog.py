@@ -62,7 +62,7 @@ def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
     """On resume only when to stop may change; without resume the folder must hold no run."""
     saved = run_dir / "config.json"
     if resume and saved.exists():
-        raw, previous = _run_config(run_dir)
+        raw, previous = read_run_config(run_dir)
         if "task" not in raw:  # written before runs recorded their task: the data's stands
             previous = replace(previous, task=config.task)
         limits = ("max_steps", "max_epochs", "max_minutes")
@@ -70,11 +70,9 @@ def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
         previous = replace(previous, train=same)
         if previous != config:
             changes = setting_changes(previous, config)
-            began = previous.train.init_from
-            hint = f" (it began with --init {began}: give that again)" if began else ""
             raise RunFolderError(
                 f"{saved}: --resume with a different configuration ({changes}); only "
-                f"train.max_steps, max_epochs and max_minutes may change{hint}"
+                "train.max_steps, max_epochs and max_minutes may change"
             )
     elif not resume and (run_dir / "checkpoints").exists():
         raise RunFolderError(f"{run_dir} already holds a run: pass --resume or a new --out")
@@ -115,10 +113,10 @@ def _check_started_run_only(run_dir: Path) -> None:
             f"{run_dir} holds files that are not a run's ({shown}): name a new --out"
         )
     if "config.json" in entries:
-        _run_config(run_dir)
+        read_run_config(run_dir)
 
 
-def _run_config(run_dir: Path) -> tuple[dict, Config]:
+def read_run_config(run_dir: Path) -> tuple[dict, Config]:
     """The run's config.json, as written and as a Config; else the folder is not a run's."""
     saved = run_dir / "config.json"
     try:
