@@ -17,6 +17,7 @@ from transduce.data.corpus import DataError, LengthFilter
 from transduce.data.dataset import PreparedData, prepare
 from transduce.models import build_model
 from transduce.models.saved import load_model, load_vocab
+from transduce.presets import tiny as tiny_config
 from transduce.training.checkpoint import load, save
 from transduce.training.warm_start import (
     NOT_INHERITED,
@@ -289,3 +290,15 @@ def test_a_fine_tuning_run_resumes_without_the_model_it_began_from(pretrained, t
     resumed = train("resumed", 4, "--resume")
     for name, weight in unbroken.items():
         torch.testing.assert_close(resumed[name], weight, rtol=0, atol=0, msg=name)
+
+
+def test_data_longer_than_a_fine_tuned_models_positions_is_told_to_shorten(pretrained):
+    """A fine-tuned model keeps its table of learned positions: the data has to fit it."""
+    from transduce.tasks import resolve_config
+
+    new = PreparedData.load(pretrained / "new")
+    learned = {"model.positions": "learned", "model.max_positions": 4}
+    with pytest.raises(ConfigError, match=r"set model\.max_positions=13 or more"):
+        resolve_config(override(tiny_config(), learned), new)
+    with pytest.raises(ConfigError, match=r"prepare the data with --max-len 3, and a dev set"):
+        resolve_config(fine_tuning(pretrained, **learned), new)
