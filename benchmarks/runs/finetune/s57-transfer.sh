@@ -3,12 +3,13 @@
 # pair, started from a model of a related pair. Multi30k (`tok`): `tiny` trained on en->de for
 # PRE minutes, then en->fr on 2,900 pairs (a tenth of its corpus) for MINUTES, once from that
 # model and once from scratch, with the same settings but for the first weights; each scored on
-# test_2016_flickr (lowercased, tokenized BLEU), as is the en->de model itself.
+# test_2016_flickr (lowercased, tokenized BLEU), as is the en->de model itself; and from scratch
+# once more for PRE + MINUTES, the fine-tuned run's whole cost.
 #
 #   benchmarks/runs/finetune/s57-transfer.sh OUT [PRE] [MINUTES]    # defaults 20 and 10
 #
 # One vocabulary for the three languages: a 10,000-piece BPE trained on en->de and en->fr
-# together, with which every corpus here is encoded (`--vocab`). Both en->fr runs take `demo`'s
+# together, with which every corpus here is encoded (`--vocab`). The en->fr runs take `demo`'s
 # schedule for ten minutes (peak 0.005 after 200 updates, the rate cooled over the last 20%, the
 # newest checkpoint as the model, alpha 1.4) with `tiny`'s dropout 0.3 from the start: 2,900
 # pairs are ~60 epochs in ten minutes.
@@ -46,6 +47,10 @@ transduce train --data "$out/enfr-small" --init "$out/ende-tiny" --out "$out/enf
   --max-minutes "$minutes" --max-steps 1000000 --set "${same[@]}" > "$out/enfr-fine-tuned.log" 2>&1
 transduce train --data "$out/enfr-small" --preset demo --out "$out/enfr-scratch" \
   --max-minutes "$minutes" --max-steps 1000000 --set "${same[@]}" > "$out/enfr-scratch.log" 2>&1
+# from scratch again, given the fine-tuned run's whole time: its starting model's minutes too
+total=$(awk "BEGIN { print $pre + $minutes }")
+transduce train --data "$out/enfr-small" --preset demo --out "$out/enfr-scratch-total" \
+  --max-minutes "$total" --max-steps 1000000 --set "${same[@]}" > "$out/enfr-scratch-total.log" 2>&1
 
 score() {  # run, data
   transduce translate --model "$out/$1" --input "$out/$2/test.src.txt" --output "$out/$1.test.hyp"
@@ -55,3 +60,4 @@ score() {  # run, data
 score ende-tiny ende
 score enfr-fine-tuned enfr-small
 score enfr-scratch enfr-small
+score enfr-scratch-total enfr-small
