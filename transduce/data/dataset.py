@@ -186,7 +186,7 @@ def prepare(
     } | _optional_inputs(whole_tokens, extras)
     if vocab is not None:  # its pieces are an input, as the files are; no BPE is trained
         check_special_ids(vocab)
-        options |= {"vocab_size": vocab.size, "vocab": _bytes_hash(vocab.serialized)}
+        options |= {"vocab_size": vocab.size, "vocab": hashlib.sha256(vocab.serialized).hexdigest()}
         del options["character_coverage"]
     elif vocab_size is None:
         raise DataError("prepare needs vocab_size, the BPE's size to train, or a vocab to use")
@@ -324,10 +324,6 @@ def _fingerprint(splits: dict[str, tuple[Path, Path]], options: dict) -> str:
     tree = {"format": FORMAT, "files": files, "options": options}
     tree["sentencepiece"] = sentencepiece.__version__
     return hashlib.sha256(json.dumps(tree, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _bytes_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _file_hash(path: Path) -> str:
