@@ -10,6 +10,7 @@ The public API, one import away; the names live in the subpackages of their pape
     # (a list of them: their ensemble, transduce.load(["runs/ende", "runs/ende-seed2"]))
     outputs = [best[0][0] for best in translator.translate(["a dog runs ."])]
     print(transduce.score(outputs, ["ein hund rennt ."]))
+    translator.score(["a dog runs ."], ["ein hund rennt ."])  # log P(target | source) each
     print(transduce.explain("the cat sat"))             # one encoder layer, every number
 
 Fine-tuning: new data in the model's vocabulary, then a run that starts from its weights:
@@ -26,6 +27,7 @@ from pathlib import Path
 from .config import Config, DecodeConfig, RnnConfig, TaskConfig, TrainConfig, TransformerConfig
 from .data.corpus import DataError, LengthFilter, corpus_files, read_parallel
 from .data.dataset import PreparedData, prepare
+from .decoding.forced import TargetScore
 from .decoding.search import Hypothesis, beam_search, greedy_search
 from .decoding.translate import Translator
 from .models import Seq2Seq, build_model, count_parameters
@@ -75,6 +77,7 @@ __all__ = [
     "RnnConfig",
     "Score",
     "Seq2Seq",
+    "TargetScore",
     "TaskConfig",
     "TrainConfig",
     "Trainer",

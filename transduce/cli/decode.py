@@ -11,6 +11,7 @@ from .common import add_models_argument
 
 def add_verbs(verbs) -> None:
     _add_translate(verbs)
+    _add_score(verbs)
     _add_parse(verbs)
     _add_evaluate(verbs)
 
@@ -126,6 +127,62 @@ def _aligned(translator, lines: list[str], decode, args) -> str:
         args.alignments_out.write_text(links, encoding="utf-8")
         return "".join(text + "\n" for text, _ in results)
     return "".join(f"{text} ||| {pharaoh(pairs)}\n" for text, pairs in results)
+
+
+def _add_score(verbs) -> None:
+    p = verbs.add_parser(
+        "score",
+        help="the model's log-probability of given translations (forced decoding)",
+        description="log P(target | source) of each line pair under the model (or the ensemble), "
+        "natural log, the target's EOS included: the number beam search ranks by, for targets "
+        "you give (to rerank n-best lists, filter a corpus, compare models by perplexity). One "
+        "number a line; the corpus perplexity on standard error.",
+    )
+    add_models_argument(p)
+    p.add_argument("--checkpoint", type=Path, help="a checkpoint file of the one --model")
+    p.add_argument("--src", type=Path, required=True, help="the sources, one a line")
+    p.add_argument(
+        "--tgt",
+        type=Path,
+        required=True,
+        help="their targets, line for line: translations, or bracketed trees for a parser",
+    )
+    p.add_argument(
+        "--per-token",
+        action="store_true",
+        help="the mean log-probability per target subword (EOS included), not the sum",
+    )
+    p.add_argument("--output", type=Path, help="default: standard output")
+    p.add_argument("--device")
+    p.set_defaults(run=_score)
+
+
+def _score(args) -> None:
+    import logging
+
+    from ..data.corpus import read_parallel
+    from ..decoding.forced import corpus_perplexity
+    from ..decoding.translate import Translator
+
+    _check_writable(args.output)
+    translator = Translator.load(args.model, args.checkpoint, args.device)
+    pair = read_parallel(args.src, args.tgt)  # checks UTF-8 and equal line counts
+    scores = translator.score(pair.src, pair.tgt)
+    numbers = [s.per_token if args.per_token else s.log_prob for s in scores]
+    _write_output(args.output, "".join(f"{n:.4f}\n" for n in numbers))
+    log = logging.getLogger("transduce")
+    subwords = sum(s.tokens for s in scores)
+    log.info(
+        "%d pairs, %d target subwords with EOS: perplexity %.3f",
+        len(scores), subwords, corpus_perplexity(scores),
+    )  # fmt: skip
+    unknown = [line for line, s in enumerate(scores, start=1) if s.unknown]
+    if unknown:
+        log.warning(
+            "%d targets hold characters the vocabulary lacks, scored as <unk> (a token the "
+            "model never writes), first on line %d",
+            len(unknown), unknown[0],
+        )  # fmt: skip
 
 
 def _add_parse(verbs) -> None:

@@ -22,6 +22,7 @@ from ..models.saved import load_model, model_paths
 from ..runtime import pick_device
 from ..tasks import get_task
 from .constraints import TreeConstraint
+from .forced import TargetScore, score_ids
 from .search import Hypothesis, beam_search
 
 logger = logging.getLogger(__name__)
@@ -183,13 +184,29 @@ class Translator:
             results[i].append((text, h))
         return results
 
-    def _check_lengths(self, sources: list[list[int]]) -> None:
+    def score(
+        self, sources: Sequence[str], targets: Sequence[str], max_tokens: int = 4096
+    ) -> list[TargetScore]:
+        """The model's log-probability of each target given its source (`decoding/forced.py`):
+        targets in the task's output format (a translation; a bracketed tree for a parser)."""
+        sources, targets = sentence_list(sources, "sources"), sentence_list(targets, "targets")
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets: give one each")
+        sources = [line.strip() for line in sources]
+        source_ids = self.vocab.encode(sources)
+        target_ids = self.vocab.encode(self.task.targets([t.strip() for t in targets], sources))
+        self._check_lengths(source_ids)
+        self._check_lengths(target_ids, "target")
+        pairs = list(zip(source_ids, target_ids, strict=True))
+        return score_ids(self.model, self.vocab, pairs, self.device, max_tokens)
+
+    def _check_lengths(self, sequences: list[list[int]], side: str = "input") -> None:
         limit = self.model.max_positions
         if limit is None:
             return  # e.g. sinusoids extend to any length
-        for line, ids in enumerate(sources, start=1):
+        for line, ids in enumerate(sequences, start=1):
             if len(ids) + 1 > limit:
                 raise ValueError(
-                    f"input line {line}: {len(ids) + 1} subwords exceed the model's "
+                    f"{side} line {line}: {len(ids) + 1} subwords exceed the model's "
                     f"max_positions={limit}"
                 )

@@ -30,6 +30,11 @@ class Task(Protocol):
         """Decoded text (pieces joined) of each source line -> the task's output format."""
         ...
 
+    def targets(self, outputs: list[str], sources: list[str]) -> list[str]:
+        """Outputs in the task's format -> the text the model writes for them, to be scored
+        (`decoding/forced.py`): `postprocess` run backwards."""
+        ...
+
     def references(self, data: PreparedData, split: str) -> list[str]:
         """What `score` compares a split's outputs with, one per line of its text."""
         ...

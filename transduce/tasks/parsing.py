@@ -13,8 +13,8 @@ import re
 
 from ..config import DecodeConfig, TaskConfig
 from ..data.dataset import PreparedData
-from ..data.linearize import PLACEHOLDER, restore
-from ..data.trees import Tree, to_string
+from ..data.linearize import PLACEHOLDER, linearize, restore
+from ..data.trees import Tree, clean, parse_tree, to_string
 from .evalb import COLLINS, evalb
 from .evalb_report import format_summary
 from .metrics import Score
@@ -40,6 +40,21 @@ class Parsing:
         if self.repaired:
             logger.info("repaired %d of %d parses into trees", self.repaired, len(outputs))
         return [to_string(tree) for tree in trees]
+
+    def targets(self, outputs: list[str], sources: list[str]) -> list[str]:
+        """Each bracketed tree (a parser's or a treebank's) as the tokens the model writes for
+        it: cleaned as the training trees were (`data/trees.clean`), then linearised."""
+        linear = []
+        for number, (output, source) in enumerate(zip(outputs, sources, strict=True), start=1):
+            tree = clean(parse_tree(output, f"target line {number}"))
+            words = [] if tree is None else tree.leaves()
+            if tree is None or words != source.split():
+                raise ValueError(
+                    f"target line {number}: a tree over {' '.join(words)!r}, but its sentence is "
+                    f"{source.strip()!r}"
+                )
+            linear.append(" ".join(linearize(tree, self.config.tags)))
+        return linear
 
     def references(self, data: PreparedData, split: str) -> list[str]:
         path = data.path / f"{split}.trees.txt"

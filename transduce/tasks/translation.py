@@ -26,6 +26,9 @@ class Translation:
     def postprocess(self, outputs: list[str], sources: list[str]) -> list[str]:
         return outputs  # sentencepiece's decoding already restored the text
 
+    def targets(self, outputs: list[str], sources: list[str]) -> list[str]:
+        return outputs  # the model writes translations as they are
+
     def references(self, data: PreparedData, split: str) -> list[str]:
         return data.text(split).tgt
 
