@@ -129,7 +129,9 @@ def test_n_best_lists_each_line_in_order(toy_run, capsys, monkeypatch):
 
 def test_translate_hands_each_flag_to_the_model_and_its_search(toy_run, monkeypatch):
     """--int8 reaches the loaded model, --beam, --alpha, --n-best, --max-len-b and --batch-size
-    the search; a flag left out keeps the run's own setting."""
+    the search; a flag left out keeps the run's own setting. With --sampling, --n-best and the
+    sampling flags reach the sampler, the length settings the search's limits."""
+    from transduce.decoding.sampling import Sampling
     from transduce.decoding.translate import Translator
 
     seen, real_load, real_translate = {}, Translator.load, Translator.translate
@@ -139,9 +141,9 @@ def test_translate_hands_each_flag_to_the_model_and_its_search(toy_run, monkeypa
         seen["translator"] = real_load(*args, **kwargs)
         return seen["translator"]
 
-    def translate(self, lines, decode=None):
-        seen["decode"] = decode
-        return real_translate(self, lines, decode)
+    def translate(self, lines, decode=None, sampling=None):
+        seen["decode"], seen["sampling"] = decode, sampling
+        return real_translate(self, lines, decode, sampling)
 
     monkeypatch.setattr(Translator, "load", staticmethod(load))
     monkeypatch.setattr(Translator, "translate", translate)
@@ -159,8 +161,14 @@ def test_translate_hands_each_flag_to_the_model_and_its_search(toy_run, monkeypa
     assert seen["int8"] is True
     assert (chosen.beam_size, chosen.alpha, chosen.n_best) == (3, 0.25, 2)
     assert (chosen.max_len_b, chosen.batch_size) == (4, 7)
+    assert seen["sampling"] is None
     run("translate", "--model", toy_run / "run", stdin=b"a b\n", monkeypatch=monkeypatch)
     assert seen["int8"] is False and seen["decode"] == seen["translator"].decode
+    sampling = ["--sampling", "--n-best", 3, "--top-k", 5, "--top-p", 0.9, "--temperature", 0.7,
+                "--seed", 4, "--alpha", 0.3, "--max-len-b", 6]  # fmt: skip
+    run("translate", "--model", toy_run / "run", *sampling, stdin=b"a b\n", monkeypatch=monkeypatch)
+    assert seen["sampling"] == Sampling(samples=3, top_k=5, top_p=0.9, temperature=0.7, seed=4)
+    assert (seen["decode"].alpha, seen["decode"].max_len_b) == (0.3, 6)
 
 
 def test_invalid_utf8_input_names_the_line(toy_run, monkeypatch):

@@ -11,6 +11,7 @@ The public API, one import away; the names live in the subpackages of their pape
     outputs = [best[0][0] for best in translator.translate(["a dog runs ."])]
     print(transduce.score(outputs, ["ein hund rennt ."]))
     translator.score(["a dog runs ."], ["ein hund rennt ."])  # log P(target | source) each
+    translator.translate(["a dog runs ."], sampling=transduce.Sampling(seed=1))  # a sample
     print(transduce.explain("the cat sat"))             # one encoder layer, every number
 
 Fine-tuning: new data in the model's vocabulary, then a run that starts from its weights:
@@ -28,6 +29,7 @@ from .config import Config, DecodeConfig, RnnConfig, TaskConfig, TrainConfig, Tr
 from .data.corpus import DataError, LengthFilter, corpus_files, read_parallel
 from .data.dataset import PreparedData, prepare
 from .decoding.forced import TargetScore
+from .decoding.sampling import Sampling
 from .decoding.search import Hypothesis, beam_search, greedy_search
 from .decoding.translate import Translator
 from .models import Seq2Seq, build_model, count_parameters
@@ -75,6 +77,7 @@ __all__ = [
     "LengthFilter",
     "PreparedData",
     "RnnConfig",
+    "Sampling",
     "Score",
     "Seq2Seq",
     "TargetScore",

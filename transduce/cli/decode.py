@@ -32,6 +32,7 @@ def _add_translate(verbs) -> None:
         help="CPU only: the large products in int8 through oneDNN (1.2x faster at batch 64 "
         "on a 2-core Xeon, BLEU within 0.3)",
     )
+    _add_sampling_arguments(p)
     p.add_argument(
         "--alignments",
         action="store_true",
@@ -45,6 +46,39 @@ def _add_translate(verbs) -> None:
         "--alignments-out", type=Path, help="write the Pharaoh links here, one line per input line"
     )
     p.set_defaults(run=_translate)
+
+
+def _add_sampling_arguments(p) -> None:
+    group = p.add_argument_group(
+        "sampling",
+        "draw each token from the model's distribution instead of searching for the likeliest "
+        "output: back-translation's synthetic sources (Edunov et al. 2018); --n-best N draws N",
+    )
+    group.add_argument("--sampling", action="store_true", help="sample instead of beam search")
+    group.add_argument("--top-k", type=int, default=0, help="among the k likeliest tokens only")
+    group.add_argument(
+        "--top-p", type=float, default=1.0, help="among the likeliest tokens of mass p (nucleus)"
+    )
+    group.add_argument("--temperature", type=float, default=1.0, help="<1 sharper, >1 flatter")
+    group.add_argument("--seed", type=int, default=0, help="the same seed draws the same samples")
+
+
+def _sampling(args):
+    """The `Sampling` the flags ask for, or None; a sampling flag without --sampling is refused
+    (it would silently do nothing)."""
+    from ..decoding.sampling import Sampling
+
+    given = {"top_k": args.top_k, "top_p": args.top_p, "temperature": args.temperature,
+             "seed": args.seed}  # fmt: skip
+    if not args.sampling:
+        changed = [f"--{name.replace('_', '-')}" for name, value in given.items()
+                   if value != getattr(Sampling, name)]  # fmt: skip
+        if changed:
+            raise ValueError(f"{', '.join(changed)}: for sampling, which is off: add --sampling")
+        return None
+    if args.beam is not None:
+        raise ValueError("--beam is for beam search; with --sampling, --n-best N draws N samples")
+    return Sampling(samples=args.n_best or 1, **given)
 
 
 def _add_model_and_search_arguments(p) -> None:
@@ -67,22 +101,25 @@ def _translate(args) -> None:
     from ..decoding.translate import Translator
 
     _check_writable(args.output, args.alignments_out)
+    sampling = _sampling(args)  # flags that contradict each other, before the model loads
     # A bad model fails here, before any input is read.
     translator = Translator.load(args.model, args.checkpoint, args.device, int8=args.int8)
     lines = _input_lines(args.input)
     given = {
         "beam_size": args.beam,
         "alpha": args.alpha,
-        "n_best": args.n_best,
+        "n_best": None if sampling else args.n_best,  # samples are counted by `sampling`
         "max_len_b": args.max_len_b,
         "batch_size": args.batch_size,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
     if args.alignments or args.alignments_out:
+        if sampling:
+            raise ValueError("--alignments come with beam search's best; leave out --sampling")
         _write_output(args.output, _aligned(translator, lines, decode, args))
         return
-    results = translator.translate(lines, decode)
-    if decode.n_best == 1:
+    results = translator.translate(lines, decode, sampling)
+    if (args.n_best or 1) == 1:
         text = "".join(hyps[0][0] + "\n" for hyps in results)
     else:
         text = "".join(

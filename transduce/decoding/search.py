@@ -37,7 +37,7 @@ def max_lengths(src: Tensor, pad: int, a: float, b: int, cap: int | None = None)
     return limit if cap is None else limit.clamp(max=cap)
 
 
-def _next_token_log_probs(
+def next_token_log_probs(
     model: Seq2Seq,
     tokens: Tensor,
     cache: Cache,
@@ -61,7 +61,7 @@ def _next_token_log_probs(
     return log_probs
 
 
-def _check_searchable(model: Seq2Seq, beam_size: int = 1, n_best: int = 1, alpha: float = 0.0):
+def check_searchable(model: Seq2Seq, beam_size: int = 1, n_best: int = 1, alpha: float = 0.0):
     """A model in training mode drops units at random: its outputs would change call to call.
     (A `Seq2Seq` need not be a torch module: one without the flag has no such mode.) And the
     beam's settings as `DecodeConfig` holds them: a beam of 0 failed in a reshape."""
@@ -89,14 +89,14 @@ def greedy_search(
 ) -> list[list[int]]:
     """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS.
     `constraint` (one row per sentence) rules tokens out, as in `beam_search`."""
-    _check_searchable(model)
+    check_searchable(model)
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     cache = model.init_cache(model.encode(src), 1)
     rows = torch.arange(src.size(0), device=src.device)  # the sentence of each live row
     history = torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
     results: list[list[int]] = [[] for _ in range(src.size(0))]
     for t in range(1, int(limit.max()) + 1):
-        log_probs = _next_token_log_probs(
+        log_probs = next_token_log_probs(
             model, history[:, -1:], cache, limit[rows] - t, (bos, eos, pad), constraint
         )
         best = top_k(log_probs, 1)[1]  # argmax, 4x faster over a vocabulary (`top_k`)
@@ -141,7 +141,7 @@ def beam_search(
     hypotheses or reaches its length limit, and leaves the batch. `constraint` (one row per
     sentence to start) masks what it rules out at every step and follows the hypotheses.
     """
-    _check_searchable(model, beam_size, n_best, alpha)
+    check_searchable(model, beam_size, n_best, alpha)
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     # The first step has one hypothesis per sentence (BOS), so it runs one row per sentence;
@@ -154,7 +154,7 @@ def beam_search(
     for t in range(1, int(limit.max()) + 1):
         width = scores.size(1)
         room = (limit[sentences] - t).repeat_interleave(width)  # tokens left before the end
-        log_probs = _next_token_log_probs(
+        log_probs = next_token_log_probs(
             model, history[:, -1:], cache, room, (bos, eos, pad), constraint
         )
         top_scores, top_row, top_token = _best_extensions(scores, log_probs, 2 * k)

@@ -23,6 +23,7 @@ from ..runtime import pick_device
 from ..tasks import get_task
 from .constraints import TreeConstraint
 from .forced import TargetScore, score_ids
+from .sampling import Sampling, sample
 from .search import Hypothesis, beam_search
 
 logger = logging.getLogger(__name__)
@@ -37,42 +38,59 @@ def decode_ids(
     device: torch.device,
     packed_weights: PackedWeights | None = None,
     int8_weights: Int8Weights | None = None,
+    sampling: Sampling | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over id sequences (without EOS), batched by length; results in input order.
     `packed_weights`: a store that keeps the weights packed for oneDNN between calls.
     `int8_weights`: given, the large products run in int8 (`models/int8.py`), their weights
-    quantized into this store."""
+    quantized into this store. `sampling`: given, samples instead of the beam's n best
+    (`decoding/sampling.py`), drawn from one random stream over all the batches."""
     model.eval()
-    cap = model.max_positions  # e.g. learned positions: no hypothesis may outgrow the table
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     int8 = nullcontext() if int8_weights is None else int8_products(int8_weights)
+    generator = sampling.generator(device) if sampling else None
     with packed_for_inference(packed_weights), int8:
         for start in range(0, len(order), decode.batch_size):
             chunk = order[start : start + decode.batch_size]
-            batch = collate([(sources[i], []) for i in chunk], vocab.pad, vocab.bos, vocab.eos)
-            constraint = (
-                TreeConstraint(vocab, [sources[i] for i in chunk], device)
-                if decode.constrained
-                else None
+            found = _decode_batch(
+                model, vocab, [sources[i] for i in chunk], decode, device, sampling, generator
             )
-            hypotheses = beam_search(
-                model,
-                batch.src.to(device),
-                bos=vocab.bos,
-                eos=vocab.eos,
-                pad=vocab.pad,
-                beam_size=decode.beam_size,
-                alpha=decode.alpha,
-                max_len_a=decode.max_len_a,
-                max_len_b=decode.max_len_b,
-                n_best=decode.n_best,
-                max_len=cap,
-                constraint=constraint,
-            )
-            for i, hyps in zip(chunk, hypotheses, strict=True):
+            for i, hyps in zip(chunk, found, strict=True):
                 results[i] = hyps
     return results
+
+
+def _decode_batch(
+    model: Seq2Seq,
+    vocab: Vocab,
+    sources: list[list[int]],
+    decode: DecodeConfig,
+    device: torch.device,
+    sampling: Sampling | None,
+    generator: torch.Generator | None,
+) -> list[list[Hypothesis]]:
+    """One batch of sentences: the beam's n best of each, or its samples."""
+    src = collate([(ids, []) for ids in sources], vocab.pad, vocab.bos, vocab.eos).src.to(device)
+    specials = {"bos": vocab.bos, "eos": vocab.eos, "pad": vocab.pad}
+    limits = {
+        "alpha": decode.alpha,
+        "max_len_a": decode.max_len_a,
+        "max_len_b": decode.max_len_b,
+        "max_len": model.max_positions,  # e.g. learned positions: none may outgrow the table
+    }
+    if sampling is not None:
+        return sample(model, src, sampling, generator=generator, **specials, **limits)
+    constraint = TreeConstraint(vocab, sources, device) if decode.constrained else None
+    return beam_search(
+        model,
+        src,
+        beam_size=decode.beam_size,
+        n_best=decode.n_best,
+        constraint=constraint,
+        **specials,
+        **limits,
+    )
 
 
 class Translator:
@@ -139,26 +157,38 @@ class Translator:
         return cls(network.to(target), saved.vocab, config.decode, target, config.task, int8)
 
     def translate(
-        self, lines: list[str], decode: DecodeConfig | None = None
+        self,
+        lines: list[str],
+        decode: DecodeConfig | None = None,
+        sampling: Sampling | None = None,
     ) -> list[list[tuple[str, float]]]:
         """For each line its n-best (text, score) pairs; an empty line translates to ''.
 
-        `decode` replaces the run's own decoding settings (config.json's `decode`).
+        `decode` replaces the run's own decoding settings (config.json's `decode`). `sampling`:
+        samples drawn from the model instead (`decoding/sampling.py`), best score first; of
+        `decode`, the length limits and the length penalty of the scores apply.
         """
-        found = self.hypotheses(lines, decode)
+        found = self.hypotheses(lines, decode, sampling)
         return [[(text, h.score) for text, h in hyps] for hyps in found]
 
     def hypotheses(
-        self, lines: list[str], decode: DecodeConfig | None = None
+        self,
+        lines: list[str],
+        decode: DecodeConfig | None = None,
+        sampling: Sampling | None = None,
     ) -> list[list[tuple[str, Hypothesis]]]:
         """`translate` with each text's hypothesis (its token ids and scores); an empty line
         gives [('', Hypothesis([], 0.0, 0.0))]."""
         lines, decode = sentence_list(lines), decode or self.decode
         if not isinstance(decode, DecodeConfig):
             raise TypeError(f"decode must be a DecodeConfig, not {type(decode).__name__}")
+        if sampling is not None and not isinstance(sampling, Sampling):
+            raise TypeError(f"sampling must be a Sampling, not {type(sampling).__name__}")
         if decode.constrained and self.task.config.tags:  # the constraint knows XX, not POS tags
             raise ValueError("constrained search needs a model that writes XX for every tag "
                              "(data from `prepare ptb --no-tags`)")  # fmt: skip
+        if decode.constrained and sampling:
+            raise ValueError("sampling draws from the model alone: leave out constrained search")
         sources = self.vocab.encode([line.strip() for line in lines])
         self._check_lengths(sources)
         todo = [i for i, line in enumerate(lines) if line.strip()]
@@ -170,6 +200,7 @@ class Translator:
             self.device,
             self.packed_weights,
             self.int8_weights,
+            sampling,
         )
         # Every hypothesis of every line through the task's post-processing at once.
         owners = [(i, h) for i, hyps in zip(todo, hypotheses, strict=True) for h in hyps]
