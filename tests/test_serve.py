@@ -714,8 +714,10 @@ def test_the_serve_verb_listens_on_loopback_and_leaves_no_decoder_behind(tmp_pat
     try:
         url = f"http://127.0.0.1:{port}"
         _until(lambda: _answers(url + "/health"), seconds=60)
-        assert httpx.get(url + "/v1/models").json()["models"][0]["name"] == "toy.pt"
-        assert httpx.post(url + "/v1/translate", json={"text": "the dog"}).status_code == 200
+        # httpx's 5 s default is short for a first decoding on a busy host (the child loading)
+        assert httpx.get(url + "/v1/models", timeout=60).json()["models"][0]["name"] == "toy.pt"
+        answer = httpx.post(url + "/v1/translate", json={"text": "the dog"}, timeout=60)
+        assert answer.status_code == 200
         decoders = _children(server.pid)
         assert decoders, "the model decodes in a process of its own by default"
     finally:

@@ -1,6 +1,7 @@
 """The model behind the server and the work its decoding worker does: translate a group of
 requests that share decoding settings in one `Translator` call, as `transduce translate` would,
-and capture one sentence's attention as the attention views draw it.
+score given targets as `transduce score` would, and capture one sentence's attention as the
+attention views draw it.
 
 `ModelFacts` is what the front of the server needs to check and describe requests without the
 model: with the decoding worker in a process of its own (worker.py), only the facts cross over."""
@@ -8,7 +9,7 @@ model: with the decoding worker in a process of its own (worker.py), only the fa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..config import DecodeConfig
@@ -31,6 +32,12 @@ class TranslateWork:
     lines: list[str]
     decode: DecodeConfig  # the key: requests with equal settings are decoded together
     alignments: bool
+
+
+@dataclass(frozen=True)
+class ScoreWork:
+    sources: list[str]
+    targets: list[str]
 
 
 @dataclass(frozen=True)
@@ -180,6 +187,23 @@ class Engine:
                 words = attention_of_ids(self.translator, src_ids, h.tokens, merge_words=True)
                 output["alignment"] = pharaoh(align(words))
         return outputs
+
+    def score(self, works: list[ScoreWork]) -> list[list[dict]]:
+        """Every request's pairs scored in one call (`Translator.score`); per request, per pair,
+        {"log_prob", "tokens", "per_token", "unknown"}. A target the task cannot read (a
+        parser's malformed tree) fails the call: the route merges no parser's requests."""
+        sources = [line for work in works for line in work.sources]
+        targets = [line for work in works for line in work.targets]
+        try:
+            found = self.translator.score(sources, targets)
+        except ValueError as error:  # a tree that is none, or over the model's positions
+            raise BadRequest(str(error)) from error
+        results, start = [], 0
+        for work in works:
+            mine = found[start : start + len(work.sources)]
+            start += len(work.sources)
+            results.append([{**asdict(s), "per_token": s.per_token} for s in mine])
+        return results
 
     def attention(self, works: list[AttentionWork]) -> list[dict]:
         """Each sentence's attention as `page_data` writes it for the attention page."""

@@ -15,6 +15,7 @@ ROUTES = (
     "/metrics",
     "/v1/models",
     "/v1/translate",
+    "/v1/score",
     "/v1/attention",
     "/openapi.json",
     "/docs",

@@ -1,6 +1,6 @@
-"""The endpoints: `POST /v1/translate`, `POST /v1/attention`, `GET /health`, `GET /v1/models`,
-`GET /metrics` and the page at `/`. Decoding goes through the batching worker; a request waits
-for its result, its time budget or its client's departure, whichever comes first."""
+"""The endpoints: `POST /v1/translate`, `POST /v1/score`, `POST /v1/attention`, `GET /health`,
+`GET /v1/models`, `GET /metrics` and the page at `/`. Decoding goes through the batching worker; a
+request waits for its result, its time budget or its client's departure, whichever comes first."""
 
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
 from .batcher import Job, QueueFull
-from .engine import AttentionWork, BadRequest, TranslateWork
+from .engine import AttentionWork, BadRequest, ScoreWork, TranslateWork
 from .schemas import (
     AttentionRequest,
     AttentionResponse,
     Health,
     ModelList,
     Problem,
+    ScoreRequest,
+    ScoreResponse,
     TranslateRequest,
     TranslateResponse,
 )
@@ -26,7 +28,7 @@ from .worker import DecoderRestarted
 
 router = APIRouter()
 # The routes whose POST body is JSON (`limits.Guard` answers 415 for another body there).
-JSON_BODY_PATHS = frozenset({"/v1/translate", "/v1/attention"})
+JSON_BODY_PATHS = frozenset({"/v1/translate", "/v1/score", "/v1/attention"})
 
 ERRORS = {
     code: {"model": Problem, "description": why}
@@ -106,6 +108,26 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     )
 
 
+@router.post("/v1/score", response_model=ScoreResponse, responses=ERRORS)
+async def score(body: ScoreRequest, request: Request) -> ScoreResponse | Response:
+    """The model's log-probability of each pair's target given its source, as `transduce
+    score` gives it (forced decoding): to rerank candidates, filter pairs, compare outputs."""
+    server, started = request.app.state.server, _arrival(request)
+    pairs = body.pairs
+    if len(pairs) > server.settings.max_sentences:
+        raise HTTPException(413, f"{len(pairs)} pairs; at most {server.settings.max_sentences}")
+    sources, targets = [p.source for p in pairs], [p.target for p in pairs]
+    tokens = _checked_lengths(server, sources) + _checked_lengths(server, targets, "target")
+    # A parser's trees are read in the worker, and one that is none fails its call: its
+    # requests are never merged, so that one malformed tree is refused alone.
+    key = ("score",) if server.facts.description["metric"] != "f1" else object()
+    job = _job(server, ScoreWork(sources, targets), key, server.engine.score, len(pairs), tokens, 1)
+    found = await _result_of(request, server, job, started)
+    if isinstance(found, Response):
+        return found
+    return ScoreResponse(model=server.facts.name, scores=found, time_ms=_elapsed_ms(started))
+
+
 @router.post("/v1/attention", response_model=AttentionResponse, responses=ERRORS)
 async def attention(body: AttentionRequest, request: Request) -> AttentionResponse | Response:
     """One sentence's attention weights, as the attention page draws them: per kind of
@@ -149,7 +171,7 @@ def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int 
     return _checked(server.facts.decode_config, beam_size, n_best, max_len_b)
 
 
-def _checked_lengths(server, lines: list[str]) -> int:
+def _checked_lengths(server, lines: list[str], kind: str = "sentence") -> int:
     """The lines' subwords in all (EOS included); 413 for a line over the limit."""
     limit = server.settings.max_sentence_tokens
     if server.facts.max_positions is not None:
@@ -157,7 +179,7 @@ def _checked_lengths(server, lines: list[str]) -> int:
     counts = server.facts.token_counts(lines)
     for number, count in enumerate(counts, start=1):
         if count > limit:
-            where = f"sentence {number} of {len(counts)}" if len(counts) > 1 else "the sentence"
+            where = f"{kind} {number} of {len(counts)}" if len(counts) > 1 else f"the {kind}"
             raise HTTPException(
                 413, f"{where} has {count} subwords (EOS included); at most {limit}"
             )

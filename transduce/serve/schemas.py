@@ -75,6 +75,34 @@ class TranslateResponse(BaseModel):
     time_ms: float = Field(description="from the request's arrival to its answer")
 
 
+class ScorePair(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: Sentence = Field(examples=["a dog runs across the grass ."])
+    target: Sentence = Field(description="a translation; for a parser, a bracketed tree")
+
+
+class ScoreRequest(BaseModel):
+    """Pairs to score: the model's log-probability of each target given its source."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pairs: list[ScorePair] = Field(min_length=1)
+
+
+class PairScore(BaseModel):
+    log_prob: float = Field(description="log P(target | source), natural log, EOS included")
+    tokens: int = Field(description="the target's subwords and its EOS")
+    per_token: float = Field(description="log_prob / tokens")
+    unknown: int = Field(description="target subwords the vocabulary lacks (scored as <unk>)")
+
+
+class ScoreResponse(BaseModel):
+    model: str
+    scores: list[PairScore] = Field(description="one per pair, in request order")
+    time_ms: float
+
+
 class AttentionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

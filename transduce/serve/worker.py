@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ..models.saved import model_paths
-from .engine import AttentionWork, Engine, ModelFacts, TranslateWork
+from .engine import AttentionWork, Engine, ModelFacts, ScoreWork, TranslateWork
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class DecoderRestarted(RuntimeError):
 
 
 class DecoderProcess:
-    """`Engine`'s `translate` and `attention`, run by a child process that loads the model.
+    """`Engine`'s `translate`, `score` and `attention`, run by a child process that loads the model.
 
     One call at a time (the batcher has one worker thread; a lock keeps it so for any caller).
     `child_main` is what the child runs, given (pipe, models, device, int8, threads): a function
@@ -65,6 +65,9 @@ class DecoderProcess:
 
     def attention(self, works: list[AttentionWork]) -> list[dict]:
         return self._call("attention", works)
+
+    def score(self, works: list[ScoreWork]) -> list[list[dict]]:
+        return self._call("score", works)
 
     def abandon(self) -> None:
         """Stop the call in progress, called from another thread than the one waiting on it
