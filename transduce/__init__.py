@@ -28,6 +28,7 @@ from pathlib import Path
 from .config import Config, DecodeConfig, RnnConfig, TaskConfig, TrainConfig, TransformerConfig
 from .data.corpus import DataError, LengthFilter, corpus_files, read_parallel
 from .data.dataset import PreparedData, prepare
+from .decoding.channel import channel_rerank
 from .decoding.forced import TargetScore
 from .decoding.sampling import Sampling
 from .decoding.search import Hypothesis, beam_search, greedy_search
@@ -92,6 +93,7 @@ __all__ = [
     "big",
     "bleu",
     "build_model",
+    "channel_rerank",
     "chrf",
     "corpus_files",
     "count_parameters",

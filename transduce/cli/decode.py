@@ -34,6 +34,18 @@ def _add_translate(verbs) -> None:
     )
     _add_sampling_arguments(p)
     p.add_argument(
+        "--channel",
+        type=Path,
+        help="a model of the reverse direction: the beam's candidates re-ranked by score + "
+        "weight * log P(source | candidate) (noisy channel, Yee et al. 2019)",
+    )
+    p.add_argument(
+        "--channel-weight",
+        type=float,
+        help="the weight of --channel's log-probability (default 0.1, chosen on Multi30k's dev "
+        "set: choose yours with benchmarks/noisy_channel.py)",
+    )
+    p.add_argument(
         "--alignments",
         action="store_true",
         help="word alignments from cross attention: 'translation ||| 0-0 1-2 ...' per line "
@@ -81,6 +93,16 @@ def _sampling(args):
     return Sampling(samples=args.n_best or 1, **given)
 
 
+def _check_channel(args, sampling) -> None:
+    if args.channel is None:
+        if args.channel_weight is not None:
+            raise ValueError("--channel-weight weighs --channel's model: add --channel")
+        return
+    if sampling or args.alignments or args.alignments_out:
+        raise ValueError("--channel re-ranks the beam's candidates: leave out --sampling and "
+                         "--alignments")  # fmt: skip
+
+
 def _add_model_and_search_arguments(p) -> None:
     """The model, the input and output, and the search settings (unset: the run's own)."""
     add_models_argument(p)
@@ -102,8 +124,10 @@ def _translate(args) -> None:
 
     _check_writable(args.output, args.alignments_out)
     sampling = _sampling(args)  # flags that contradict each other, before the model loads
+    _check_channel(args, sampling)
     # A bad model fails here, before any input is read.
     translator = Translator.load(args.model, args.checkpoint, args.device, int8=args.int8)
+    reverse = args.channel and Translator.load(args.channel, device=args.device)
     lines = _input_lines(args.input)
     given = {
         "beam_size": args.beam,
@@ -118,7 +142,14 @@ def _translate(args) -> None:
             raise ValueError("--alignments come with beam search's best; leave out --sampling")
         _write_output(args.output, _aligned(translator, lines, decode, args))
         return
-    results = translator.translate(lines, decode, sampling)
+    if reverse:
+        from ..decoding.channel import DEFAULT_WEIGHT, channel_rerank
+
+        weight = DEFAULT_WEIGHT if args.channel_weight is None else args.channel_weight
+        ranked = channel_rerank(translator, reverse, lines, weight, decode)
+        results = [hyps[: decode.n_best] for hyps in ranked]
+    else:
+        results = translator.translate(lines, decode, sampling)
     if (args.n_best or 1) == 1:
         text = "".join(hyps[0][0] + "\n" for hyps in results)
     else:
