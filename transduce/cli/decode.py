@@ -127,7 +127,7 @@ def _translate(args) -> None:
     _check_channel(args, sampling)
     # A bad model fails here, before any input is read.
     translator = Translator.load(args.model, args.checkpoint, args.device, int8=args.int8)
-    reverse = args.channel and Translator.load(args.channel, device=args.device)
+    reverse = Translator.load(args.channel, device=args.device) if args.channel else None
     lines = _input_lines(args.input)
     given = {
         "beam_size": args.beam,
