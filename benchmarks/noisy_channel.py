@@ -21,30 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import transduce
+from transduce.decoding.channel import rerank, scored_candidates
 from transduce.tasks.translation import scoring
 
 WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5)
-
-
-def candidates(forward, sources: list[str], beam: int) -> list[list[tuple[str, float]]]:
-    """Each source's n best (text, beam score), n = beam."""
-    decode = replace(forward.decode, beam_size=beam, n_best=beam)
-    return forward.translate(sources, decode)
-
-
-def channel_scores(reverse, sources: list[str], found) -> list[list[float]]:
-    """log P(x | y) of each candidate y of each source x, under the reverse model."""
-    flat_x = [x for x, hyps in zip(sources, found, strict=True) for _ in hyps]
-    flat_y = [y for hyps in found for y, _ in hyps]
-    scored = iter(reverse.score([y if y.strip() else "." for y in flat_y], flat_x))
-    return [[next(scored).log_prob for _ in hyps] for hyps in found]
-
-
-def reranked(found, channel, weight: float) -> list[str]:
-    return [
-        max(zip(hyps, logp, strict=True), key=lambda pair: pair[0][1] + weight * pair[1])[0][0]
-        for hyps, logp in zip(found, channel, strict=True)
-    ]
 
 
 def main() -> None:
@@ -62,16 +42,17 @@ def main() -> None:
         sources = (args.data / f"{split}.src.txt").read_text(encoding="utf-8").splitlines()
         refs = (args.data / f"{split}.tgt.txt").read_text(encoding="utf-8").splitlines()
         began = time.perf_counter()
-        found = candidates(forward, sources, args.beam)
-        searched = time.perf_counter()
-        channel = channel_scores(reverse, sources, found)
-        took, n = time.perf_counter() - searched, sum(map(len, found))
-        print(f"{split}: n best in {searched - began:.1f} s, {n} channel scores in {took:.1f} s")
-        splits[split] = (found, channel, refs)
+        decode = replace(forward.decode, beam_size=args.beam)
+        candidates = scored_candidates(forward, reverse, sources, decode)
+        n = sum(map(len, candidates))
+        print(f"{split}: {n} candidates searched and channel-scored in "
+              f"{time.perf_counter() - began:.1f} s")  # fmt: skip
+        splits[split] = (candidates, refs)
 
     def bleu(split: str, weight: float) -> float:
-        found, channel, refs = splits[split]
-        return transduce.score(reranked(found, channel, weight), refs, task).score
+        candidates, refs = splits[split]
+        best = [ranked[0][0] for ranked in rerank(candidates, weight)]
+        return transduce.score(best, refs, task).score
 
     dev = {weight: bleu("dev", weight) for weight in WEIGHTS}
     for weight, score in dev.items():

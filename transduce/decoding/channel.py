@@ -31,16 +31,38 @@ def channel_rerank(
 ) -> list[list[tuple[str, float]]]:
     """Each line's beam candidates (all `beam_size` of them), best first by score + weight *
     log P(line | candidate), with that sum as their score; an empty line gives [('', 0.0)]."""
-    if not 0.0 <= weight < float("inf"):
-        raise ValueError(f"weight={weight!r}: the channel's weight must be >= 0 and finite")
+    return rerank(scored_candidates(forward, reverse, lines, decode), weight)
+
+
+def scored_candidates(
+    forward: Translator,
+    reverse: Translator,
+    lines: list[str],
+    decode: DecodeConfig | None = None,
+) -> list[list[tuple[str, float, float]]]:
+    """Each line's beam candidates as (text, beam score, log P(line | text)); an empty line has
+    none. Decoded and scored once, to be re-ranked at any weight (`rerank`)."""
     decode = decode or forward.decode
     found = forward.translate(lines, replace(decode, n_best=decode.beam_size))
     todo = [i for i, line in enumerate(lines) if line.strip()]
     candidates = [text for i in todo for text, _ in found[i]]
     explained = [lines[i] for i in todo for _ in found[i]]
     channel = iter(reverse.score(candidates, explained)) if candidates else iter(())
-    results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
+    results: list[list[tuple[str, float, float]]] = [[] for _ in lines]
     for i in todo:
-        scored = [(text, score + weight * next(channel).log_prob) for text, score in found[i]]
-        results[i] = sorted(scored, key=lambda pair: -pair[1])
+        results[i] = [(text, score, next(channel).log_prob) for text, score in found[i]]
     return results
+
+
+def rerank(
+    candidates: list[list[tuple[str, float, float]]], weight: float
+) -> list[list[tuple[str, float]]]:
+    """`scored_candidates` best first by score + weight * channel, with that sum as their score;
+    a line without candidates gives [('', 0.0)]."""
+    if not 0.0 <= weight < float("inf"):
+        raise ValueError(f"weight={weight!r}: the channel's weight must be >= 0 and finite")
+    return [
+        sorted(((text, score + weight * channel) for text, score, channel in line),
+               key=lambda pair: -pair[1]) or [("", 0.0)]
+        for line in candidates
+    ]  # fmt: skip
