@@ -1,10 +1,14 @@
 """Regenerate the README's screenshot of the page `transduce serve` answers at `/`.
 
     python docs/make_serve_screenshot.py --model runs/ende      # a run folder or checkpoint file
+    python docs/make_serve_screenshot.py --model runs/ende-tok --tokenized   # a `tok` model
 
 Serves the model on loopback, opens the page in headless Chromium (Debian's `chromium`, driven by
-Playwright), types a Multi30k test sentence, picks beam 4, and saves what it shows (the
-translation and its interactive attention view) as docs/img/serve.png.
+Playwright), types two Multi30k test sentences, picks beam 4, and saves what it shows (the
+translations and the interactive attention view) as docs/img/serve.png; then types the second
+sentence alone with the start of a translation for the model to complete, and saves that as
+docs/img/serve-prefix.png. `--tokenized`: the sentences as the `tok` variant has them
+(lowercased, tokenized), for a model trained on it.
 """
 
 from __future__ import annotations
@@ -24,27 +28,44 @@ SENTENCES = [
     "A man in an orange hat starring at something.",
     "A Boston Terrier is running on lush green grass in front of a white fence.",
 ]
+TOKENIZED = [
+    "a man in an orange hat starring at something .",
+    "a boston terrier is running on lush green grass in front of a white fence .",
+]
+PREFIX = {False: "Ein kleiner Hund", True: "ein kleiner hund"}  # the reference: "Ein Boston ..."
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=DOCS / "img/serve.png")
+    parser.add_argument("--prefix-out", type=Path, default=DOCS / "img/serve-prefix.png")
+    parser.add_argument("--tokenized", action="store_true")
     args = parser.parse_args()
+    sentences = TOKENIZED if args.tokenized else SENTENCES
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     with Background(Engine.load(args.model)) as url, sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(url + "/")
-        page.fill("#text", "\n".join(SENTENCES))
+        page.fill("#text", "\n".join(sentences))
         page.select_option("#beam", "4")
-        page.click("#go")
-        page.wait_for_selector("#attention:not([hidden])")
-        page.wait_for_selector("#links line", state="attached")
-        page.click("#kinds button[data-kind='cross']")
-        page.screenshot(path=str(args.out), full_page=True)
+        _translate_and_shoot(page, args.out)
+        page.fill("#text", sentences[1])
+        page.fill("#prefix", PREFIX[args.tokenized])
+        _translate_and_shoot(page, args.prefix_out)
         browser.close()
-    print(args.out)
+    print(args.out, args.prefix_out)
+
+
+def _translate_and_shoot(page, out: Path) -> None:
+    """Translate, wait for the attention view, show encoder-decoder attention, save."""
+    page.click("#go")
+    page.wait_for_selector("#go:enabled")
+    page.wait_for_selector("#attention:not([hidden])")
+    page.wait_for_selector("#links line", state="attached")
+    page.click("#kinds button[data-kind='cross']")
+    page.screenshot(path=str(out), full_page=True)
 
 
 if __name__ == "__main__":

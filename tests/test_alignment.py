@@ -128,15 +128,18 @@ def test_the_layer_asked_for_is_the_one_aligned_with(tmp_path, monkeypatch):
 def test_the_translate_verb_hands_the_layer_and_the_search_to_the_aligner(tmp_path, monkeypatch):
     model, real, asked = save_toy_model(tmp_path), alignment.translate_with_alignments, []
 
-    def spy(translator, lines, layer=None, decode=None):
-        asked.append((layer, decode.beam_size, decode.max_len_b))
-        return real(translator, lines, layer, decode)
+    def spy(translator, lines, layer=None, decode=None, prefixes=None):
+        asked.append((layer, decode.beam_size, decode.max_len_b, prefixes))
+        return real(translator, lines, layer, decode, prefixes)
 
     monkeypatch.setattr(alignment, "translate_with_alignments", spy)
     source = write_lines(tmp_path / "in.txt", ["the dog runs"])
+    prefix = write_lines(tmp_path / "prefix.txt", ["green"])
     main(["translate", "--model", str(model), "--input", str(source), "--alignments",
           "--alignment-layer", "0", "--beam", "1", "--max-len-b", "3"])  # fmt: skip
-    assert asked == [(0, 1, 3)]
+    main(["translate", "--model", str(model), "--input", str(source), "--alignments",
+          "--beam", "1", "--prefix", str(prefix)])  # fmt: skip
+    assert asked == [(0, 1, 3, None), (None, 1, 50, ["green"])]
 
 
 def test_the_translate_and_evaluate_verbs_write_and_score_pharaoh(tmp_path, capsys):

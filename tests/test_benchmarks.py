@@ -95,3 +95,26 @@ def test_a_benchmark_records_which_cpu_it_ran_on():
     intel = "model name\t: Xeon\nflags\t\t: avx2 avx512f avx512_vnni amx_tile\n"
     assert peers.cpu_identity(intel)["isa"] == ["amx_tile", "avx2", "avx512_vnni", "avx512f"]
     assert peers.cpu_identity("")["name"] == "unknown"
+
+
+def test_the_prefix_benchmark_counts_next_words_and_runs(tmp_path):
+    """prefix_completion.py: a glued piece counts as a wrong next word and a reference of at
+    most k words is not asked; the script runs a model over a prepared folder's text."""
+    from .conftest import save_toy_model, write_lines
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import prefix_completion
+
+    outputs, references = ["a b c", "a bc d", "x"], ["a b d", "a b c", "x"]
+    assert prefix_completion.next_words(outputs, references, 1) == (1, 2)
+    assert prefix_completion.next_words(outputs, references, 0) == (3, 3)
+    model = save_toy_model(tmp_path)
+    write_lines(tmp_path / "test.src.txt", ["the dog runs", "green grass"])
+    write_lines(tmp_path / "test.tgt.txt", ["the green dog", "children playing outside"])
+    command = [sys.executable, str(ROOT / "benchmarks" / "prefix_completion.py"), "--model",
+               str(model), "--data", str(tmp_path), "--words", "0", "2", "--beam", "2"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("k = 0: next word ") and lines[2].startswith("k = 2: next word ")
+    assert "/2 = " in lines[1] and "/2 = " in lines[2]  # both references have three words

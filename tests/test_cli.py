@@ -141,9 +141,9 @@ def test_translate_hands_each_flag_to_the_model_and_its_search(toy_run, monkeypa
         seen["translator"] = real_load(*args, **kwargs)
         return seen["translator"]
 
-    def translate(self, lines, decode=None, sampling=None):
-        seen["decode"], seen["sampling"] = decode, sampling
-        return real_translate(self, lines, decode, sampling)
+    def translate(self, lines, decode=None, sampling=None, prefixes=None):
+        seen["decode"], seen["sampling"], seen["prefixes"] = decode, sampling, prefixes
+        return real_translate(self, lines, decode, sampling, prefixes)
 
     monkeypatch.setattr(Translator, "load", staticmethod(load))
     monkeypatch.setattr(Translator, "translate", translate)
@@ -161,9 +161,13 @@ def test_translate_hands_each_flag_to_the_model_and_its_search(toy_run, monkeypa
     assert seen["int8"] is True
     assert (chosen.beam_size, chosen.alpha, chosen.n_best) == (3, 0.25, 2)
     assert (chosen.max_len_b, chosen.batch_size) == (4, 7)
-    assert seen["sampling"] is None
+    assert seen["sampling"] is None and seen["prefixes"] is None
     run("translate", "--model", toy_run / "run", stdin=b"a b\n", monkeypatch=monkeypatch)
     assert seen["int8"] is False and seen["decode"] == seen["translator"].decode
+    prefix = write_lines(toy_run / "prefix.txt", ["b a"])
+    run("translate", "--model", toy_run / "run", "--prefix", prefix, stdin=b"a b\n",
+        monkeypatch=monkeypatch)  # fmt: skip
+    assert seen["prefixes"] == ["b a"]
     sampling = ["--sampling", "--n-best", 3, "--top-k", 5, "--top-p", 0.9, "--temperature", 0.7,
                 "--seed", 4, "--alpha", 0.3, "--max-len-b", 6]  # fmt: skip
     run("translate", "--model", toy_run / "run", *sampling, stdin=b"a b\n", monkeypatch=monkeypatch)

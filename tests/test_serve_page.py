@@ -91,3 +91,32 @@ def test_one_translation_at_a_time_and_a_refused_click_is_named(browser, tmp_pat
         page.click("#translations li[data-index='1']")
         page.wait_for_selector("#status.error >> text=503")
     assert errors == [] and len(attention_calls) == 2
+
+
+def test_the_page_completes_a_typed_start_of_the_translation(browser, tmp_path):
+    """A start typed into the prefix field: the translation shown is the model's completion of
+    it (what `Translator.translate` gives with that prefix) and the attention drawn is that
+    translation's, not the model's own choice; a start with several lines is refused, named."""
+    engine = toy_engine(tmp_path)
+    prefix = "green grass"
+    expected = engine.translator.translate([SENTENCE], prefixes=[prefix])[0][0][0]
+    own = engine.translator.translate([SENTENCE])[0][0][0]
+    assert expected.startswith(prefix) and not own.startswith(prefix)
+    with Background(engine, ServeSettings(port=0)) as url:
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        errors, bodies = [], []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("request", lambda request: bodies.append(request.post_data or ""))
+        page.goto(url + "/")
+        page.fill("#text", SENTENCE)
+        page.fill("#prefix", prefix)
+        page.click("#go")
+        page.wait_for_selector("#attention:not([hidden])")
+        assert page.inner_text("#translations li .output") == expected
+        assert page.inner_text("#target") == expected  # the attention of the shown translation
+        assert any(f'"prefix":"{prefix}"' in body for body in bodies)
+        page.screenshot(path=str(tmp_path / "prefix.png"), full_page=True)
+        page.fill("#text", SENTENCE + "\nthe dog runs")
+        page.click("#go")
+        page.wait_for_selector("#status.error >> text=one sentence")
+    assert errors == []

@@ -27,6 +27,12 @@ def _add_translate(verbs) -> None:
     p.add_argument("--n-best", type=int, help="print the n best as 'line ||| text ||| score'")
     p.add_argument("--max-len-b", type=int, help="output length <= input + this")
     p.add_argument(
+        "--prefix",
+        type=Path,
+        help="a file of output starts, one a line of the input ('' for none): each output "
+        "begins with its line's, the model's best completion of it (interactive translation)",
+    )
+    p.add_argument(
         "--int8",
         action="store_true",
         help="CPU only: the large products in int8 through oneDNN (1.2x faster at batch 64 "
@@ -129,6 +135,7 @@ def _translate(args) -> None:
     translator = Translator.load(args.model, args.checkpoint, args.device, int8=args.int8)
     reverse = Translator.load(args.channel, device=args.device) if args.channel else None
     lines = _input_lines(args.input)
+    prefixes = _prefixes(args.prefix, len(lines))
     given = {
         "beam_size": args.beam,
         "alpha": args.alpha,
@@ -140,16 +147,16 @@ def _translate(args) -> None:
     if args.alignments or args.alignments_out:
         if sampling:
             raise ValueError("--alignments come with beam search's best; leave out --sampling")
-        _write_output(args.output, _aligned(translator, lines, decode, args))
+        _write_output(args.output, _aligned(translator, lines, decode, args, prefixes))
         return
     if reverse:
         from ..decoding.channel import DEFAULT_WEIGHT, channel_rerank
 
         weight = DEFAULT_WEIGHT if args.channel_weight is None else args.channel_weight
-        ranked = channel_rerank(translator, reverse, lines, weight, decode)
+        ranked = channel_rerank(translator, reverse, lines, weight, decode, prefixes)
         results = [hyps[: decode.n_best] for hyps in ranked]
     else:
-        results = translator.translate(lines, decode, sampling)
+        results = translator.translate(lines, decode, sampling, prefixes)
     if (args.n_best or 1) == 1:
         text = "".join(hyps[0][0] + "\n" for hyps in results)
     else:
@@ -176,6 +183,19 @@ def _input_lines(path: Path | None) -> list[str]:
     return read_lines(path) if path else decode_lines(sys.stdin.buffer.read(), "<stdin>")
 
 
+def _prefixes(path: Path | None, lines: int) -> list[str] | None:
+    """--prefix's lines, one for each input line."""
+    if path is None:
+        return None
+    from ..data.corpus import read_lines
+
+    prefixes = read_lines(path)
+    if len(prefixes) != lines:
+        raise ValueError(f"--prefix {path} has {len(prefixes)} lines, the input {lines}: give "
+                         "one a line ('' for none)")  # fmt: skip
+    return prefixes
+
+
 def _write_output(path: Path | None, text: str) -> None:
     if path:
         path.write_text(text, encoding="utf-8")
@@ -183,13 +203,13 @@ def _write_output(path: Path | None, text: str) -> None:
         sys.stdout.write(text)
 
 
-def _aligned(translator, lines: list[str], decode, args) -> str:
+def _aligned(translator, lines: list[str], decode, args, prefixes) -> str:
     """Translations with their links; with --alignments-out the links go there instead."""
     from ..viz.alignment import pharaoh, translate_with_alignments
 
     if decode.n_best != 1:
         raise ValueError("--alignments gives the best translation only; leave out --n-best")
-    results = translate_with_alignments(translator, lines, args.alignment_layer, decode)
+    results = translate_with_alignments(translator, lines, args.alignment_layer, decode, prefixes)
     if args.alignments_out:
         links = "".join(pharaoh(pairs) + "\n" for _, pairs in results)
         args.alignments_out.write_text(links, encoding="utf-8")

@@ -63,6 +63,13 @@ class Vocab:
     def encode(self, lines: list[str]) -> list[list[int]]:
         return self._sp.encode(list(lines), out_type=int)
 
+    def lacking(self, text: Iterable[str]) -> list[str]:
+        """The distinct characters of `text` the vocabulary has no piece for, sorted: each
+        becomes <unk>, which a model can read but never write."""
+        chars = sorted(set(text))
+        encoded = self.encode(chars)  # each on its own, through the model's own normalisation
+        return [char for char, ids in zip(chars, encoded, strict=True) if self.unk in ids]
+
     def encode_with_dropout(self, lines: list[str], dropout: float, seed: int) -> list[list[int]]:
         """BPE-dropout (Provilkov et al. 2020): each merge is skipped with probability
         `dropout`, so a word may come out as smaller pieces of the vocabulary than `encode`

@@ -37,10 +37,7 @@ def _report_unknown_characters(lines: list[str], vocab: Vocab) -> None:
     """Warn when the training text holds characters a given vocabulary lacks: they all become one
     unknown piece, which a model fine-tuned on them can read but never write."""
     seen = collections.Counter(char for line in lines for char in line)
-    chars = sorted(seen)  # each on its own, through the model's own normalisation
-    encoded = vocab.encode(chars)
-    unknown = [char for char, ids in zip(chars, encoded, strict=True) if vocab.unk in ids]
-    counts = collections.Counter({char: seen[char] for char in unknown})
+    counts = collections.Counter({char: seen[char] for char in vocab.lacking(seen)})
     if not counts:
         return
     shown = ", ".join(repr(char) for char, _ in counts.most_common(8))

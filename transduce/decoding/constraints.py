@@ -21,6 +21,7 @@ short for any tree) is not constrained, so the search can always end.
 from __future__ import annotations
 
 import functools
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -29,6 +30,21 @@ from ..data.bpe import Vocab
 from ..data.linearize import PLACEHOLDER
 
 WORD_START = "\u2581"  # SentencePiece's mark at the start of each word's first piece
+
+
+class Constraint(Protocol):
+    """What search asks of a constraint: one state per row of the search, from one row per
+    sentence at the start (`TreeConstraint`; a forced prefix, `decoding/prefix.py`)."""
+
+    def restrict(self, log_probs: Tensor, room: Tensor) -> None:
+        """Rule out, in place (-inf), the tokens each row may not take next; `room` (N,) is each
+        row's tokens left before the end must come."""
+
+    def reorder(self, rows: Tensor) -> None:
+        """Rows follow the search's hypotheses: keep `rows`, in that order."""
+
+    def advance(self, tokens: Tensor) -> None:
+        """Each row takes its next token."""
 
 
 class TreeConstraint:

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..models.contract import Seq2Seq
+from .prefix import with_prefixes
 from .search import Hypothesis, check_searchable, length_penalty, max_lengths, next_token_log_probs
 
 
@@ -57,17 +58,22 @@ def sample(
     max_len_b: int = 50,
     max_len: int | None = None,
     generator: torch.Generator | None = None,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """src (B, S) -> for each sentence its `sampling.samples` samples, best score first (scored
     with the length penalty `alpha`, as beam search's n best are). Each sample is a row of its
     own, the source repeated for it; a row leaves the batch at its EOS. `generator`: the random
     stream to draw from, e.g. one for every batch of a file (default: a new one from the seed).
+    `prefixes` (token ids, one list per sentence): each sample starts with its sentence's.
     """
     check_searchable(model, alpha=alpha)
     n, device = sampling.samples, src.device
     generator = generator or sampling.generator(device)
     src = src.repeat_interleave(n, dim=0)
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
+    if prefixes is not None:
+        prefixes = [prefix for prefix in prefixes for _ in range(n)]  # as the source's rows
+    constraint, limit = with_prefixes(prefixes, None, limit)
     cache = model.init_cache(model.encode(src), 1)
     rows = torch.arange(src.size(0), device=device)  # the sample of each live row
     history = torch.full((src.size(0), 1), bos, dtype=torch.long, device=device)
@@ -75,11 +81,13 @@ def sample(
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0) // n)]
     for t in range(1, int(limit.max()) + 1):
         log_probs = next_token_log_probs(
-            model, history[:, -1:], cache, limit[rows] - t, (bos, eos, pad), None
+            model, history[:, -1:], cache, limit[rows] - t, (bos, eos, pad), constraint
         )
         drawn = torch.multinomial(_drawing_probs(log_probs, sampling), 1, generator=generator)
         log_prob += log_probs.gather(1, drawn).squeeze(1)
         history = torch.cat([history, drawn], dim=1)
+        if constraint is not None:
+            constraint.advance(drawn)
         ended = history[:, -1] == eos
         for row in ended.nonzero().flatten().tolist():
             tokens, total = history[row, 1:-1].tolist(), float(log_prob[row])
@@ -90,6 +98,8 @@ def sample(
             break
         if keep.numel() < rows.numel():
             cache.reorder(keep)
+            if constraint is not None:
+                constraint.reorder(keep)
             rows, history, log_prob = rows[keep], history[keep], log_prob[keep]
     return [sorted(found, key=lambda h: -h.score) for found in results]
 

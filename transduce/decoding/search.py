@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 
 from ..models.contract import Cache, Seq2Seq
-from .constraints import TreeConstraint
+from .constraints import Constraint
+from .prefix import with_prefixes
 
 
 @dataclass
@@ -43,7 +44,7 @@ def next_token_log_probs(
     cache: Cache,
     room: Tensor,
     specials: tuple[int, int, int],
-    constraint: TreeConstraint | None,
+    constraint: Constraint | None,
 ) -> Tensor:
     """(N, V) log-probabilities; padding and BOS are never generated, `constraint` masks what
     it rules out, and rows at their length limit (`room`, tokens left before the end, 0) may
@@ -85,12 +86,15 @@ def greedy_search(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     max_len: int | None = None,
-    constraint: TreeConstraint | None = None,
+    constraint: Constraint | None = None,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[int]]:
     """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS.
-    `constraint` (one row per sentence) rules tokens out, as in `beam_search`."""
+    `constraint` (one row per sentence) rules tokens out, and `prefixes` force each output's
+    start, as in `beam_search`."""
     check_searchable(model)
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
+    constraint, limit = with_prefixes(prefixes, constraint, limit)
     cache = model.init_cache(model.encode(src), 1)
     rows = torch.arange(src.size(0), device=src.device)  # the sentence of each live row
     history = torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
@@ -131,19 +135,21 @@ def beam_search(
     max_len_b: int = 50,
     n_best: int = 1,
     max_len: int | None = None,
-    constraint: TreeConstraint | None = None,
+    constraint: Constraint | None = None,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; src (B, S) -> for each sentence its n_best hypotheses, best first.
 
     Each step ranks the beams' k * V extensions by log-probability (the first step: the V
     extensions of BOS, one row per sentence). An EOS among the k best ends a hypothesis, scored
     with the length penalty; the k best others go on. A sentence stops when it has k ended
-    hypotheses or reaches its length limit, and leaves the batch. `constraint` (one row per
-    sentence to start) masks what it rules out at every step and follows the hypotheses.
-    """
+    hypotheses or reaches its length limit, and leaves the batch. `constraint` (a row per
+    sentence to start) masks what it rules out and follows the hypotheses; `prefixes` (ids, a
+    list per sentence) start the outputs (`decoding/prefix.py`)."""
     check_searchable(model, beam_size, n_best, alpha)
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
+    constraint, limit = with_prefixes(prefixes, constraint, limit)
     # The first step has one hypothesis per sentence (BOS), so it runs one row per sentence;
     # from then on each sentence has `width` rows, k once there are k candidates to keep.
     cache = model.init_cache(model.encode(src), 1)
@@ -160,7 +166,6 @@ def beam_search(
         top_scores, top_row, top_token = _best_extensions(scores, log_probs, 2 * k)
         is_eos = top_token == eos
         _collect_ended(ended, sentences, history, top_scores, top_row, is_eos, width, k, alpha)
-
         live = top_scores.masked_fill(is_eos, float("-inf"))
         live_scores, order = live.topk(min(k, live.size(1)), dim=1)
         next_row, next_token = top_row.gather(1, order), top_token.gather(1, order)

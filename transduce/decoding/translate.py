@@ -23,6 +23,7 @@ from ..runtime import pick_device
 from ..tasks import get_task
 from .constraints import TreeConstraint
 from .forced import TargetScore, score_ids
+from .prefix import prefix_ids
 from .sampling import Sampling, sample
 from .search import Hypothesis, beam_search
 
@@ -39,12 +40,14 @@ def decode_ids(
     packed_weights: PackedWeights | None = None,
     int8_weights: Int8Weights | None = None,
     sampling: Sampling | None = None,
+    prefixes: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over id sequences (without EOS), batched by length; results in input order.
     `packed_weights`: a store that keeps the weights packed for oneDNN between calls.
     `int8_weights`: given, the large products run in int8 (`models/int8.py`), their weights
     quantized into this store. `sampling`: given, samples instead of the beam's n best
-    (`decoding/sampling.py`), drawn from one random stream over all the batches."""
+    (`decoding/sampling.py`), drawn from one random stream over all the batches. `prefixes`:
+    each source's start of the output (ids, possibly none), forced (`decoding/prefix.py`)."""
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
@@ -53,9 +56,11 @@ def decode_ids(
     with packed_for_inference(packed_weights), int8:
         for start in range(0, len(order), decode.batch_size):
             chunk = order[start : start + decode.batch_size]
+            forced = None if prefixes is None else [prefixes[i] for i in chunk]
             found = _decode_batch(
-                model, vocab, [sources[i] for i in chunk], decode, device, sampling, generator
-            )
+                model, vocab, [sources[i] for i in chunk], decode, device, sampling, generator,
+                forced if forced and any(forced) else None,
+            )  # fmt: skip
             for i, hyps in zip(chunk, found, strict=True):
                 results[i] = hyps
     return results
@@ -69,6 +74,7 @@ def _decode_batch(
     device: torch.device,
     sampling: Sampling | None,
     generator: torch.Generator | None,
+    prefixes: list[list[int]] | None,
 ) -> list[list[Hypothesis]]:
     """One batch of sentences: the beam's n best of each, or its samples."""
     src = collate([(ids, []) for ids in sources], vocab.pad, vocab.bos, vocab.eos).src.to(device)
@@ -78,6 +84,7 @@ def _decode_batch(
         "max_len_a": decode.max_len_a,
         "max_len_b": decode.max_len_b,
         "max_len": model.max_positions,  # e.g. learned positions: none may outgrow the table
+        "prefixes": prefixes,
     }
     if sampling is not None:
         return sample(model, src, sampling, generator=generator, **specials, **limits)
@@ -161,14 +168,17 @@ class Translator:
         lines: list[str],
         decode: DecodeConfig | None = None,
         sampling: Sampling | None = None,
+        prefixes: Sequence[str] | None = None,
     ) -> list[list[tuple[str, float]]]:
         """For each line its n-best (text, score) pairs; an empty line translates to ''.
 
         `decode` replaces the run's own decoding settings (config.json's `decode`). `sampling`:
         samples drawn from the model instead (`decoding/sampling.py`), best score first; of
-        `decode`, the length limits and the length penalty of the scores apply.
+        `decode`, the length limits and the length penalty of the scores apply. `prefixes`: one
+        per line ('' for none), the start every output of it must have, completed by the search
+        (`decoding/prefix.py`); the texts include it, the scores count its tokens.
         """
-        found = self.hypotheses(lines, decode, sampling)
+        found = self.hypotheses(lines, decode, sampling, prefixes)
         return [[(text, h.score) for text, h in hyps] for hyps in found]
 
     def hypotheses(
@@ -176,6 +186,7 @@ class Translator:
         lines: list[str],
         decode: DecodeConfig | None = None,
         sampling: Sampling | None = None,
+        prefixes: Sequence[str] | None = None,
     ) -> list[list[tuple[str, Hypothesis]]]:
         """`translate` with each text's hypothesis (its token ids and scores); an empty line
         gives [('', Hypothesis([], 0.0, 0.0))]."""
@@ -191,6 +202,7 @@ class Translator:
             raise ValueError("sampling draws from the model alone: leave out constrained search")
         sources = self.vocab.encode([line.strip() for line in lines])
         self._check_lengths(sources)
+        forced = self._prefix_ids(prefixes, len(lines))
         todo = [i for i, line in enumerate(lines) if line.strip()]
         hypotheses = decode_ids(
             self.model,
@@ -201,6 +213,7 @@ class Translator:
             self.packed_weights,
             self.int8_weights,
             sampling,
+            None if forced is None else [forced[i] for i in todo],
         )
         # Every hypothesis of every line through the task's post-processing at once.
         owners = [(i, h) for i, hyps in zip(todo, hypotheses, strict=True) for h in hyps]
@@ -230,6 +243,21 @@ class Translator:
         self._check_lengths(target_ids, "target")
         pairs = list(zip(source_ids, target_ids, strict=True))
         return score_ids(self.model, self.vocab, pairs, self.device, max_tokens)
+
+    def _prefix_ids(self, prefixes: Sequence[str] | None, lines: int) -> list[list[int]] | None:
+        """Each line's prefix as ids, checked: one a line, within the model's positions."""
+        if prefixes is None:
+            return None
+        prefixes = sentence_list(prefixes, "prefixes")
+        if len(prefixes) != lines:
+            raise ValueError(f"{len(prefixes)} prefixes for {lines} lines: give one a line "
+                             "('' for none)")  # fmt: skip
+        if self.task.config.name != "translation":
+            raise ValueError(f"a prefix is for translation, not for a {self.task.config.name} "
+                             "model")  # fmt: skip
+        ids = prefix_ids(self.vocab, prefixes)
+        self._check_lengths(ids, "prefix")
+        return ids
 
     def _check_lengths(self, sequences: list[list[int]], side: str = "input") -> None:
         limit = self.model.max_positions

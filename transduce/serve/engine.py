@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..config import DecodeConfig
 from ..data.bpe import Vocab
+from ..decoding.prefix import prefix_ids
 from ..decoding.translate import Translator
 from ..models import count_parameters
 from ..models.ensemble import AttendDifferently
@@ -32,6 +33,7 @@ class TranslateWork:
     lines: list[str]
     decode: DecodeConfig  # the key: requests with equal settings are decoded together
     alignments: bool
+    prefixes: list[str] | None = None  # one a line, checked (`ModelFacts.check_prefixes`)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,17 @@ class ModelFacts:
     attention_layers: int  # the deepest stack's: the attention views' layers 0 to this - 1
     # Why the model has no attention to show (an ensemble of models of different shapes), or None.
     no_attention: str | None = None
+    task: str = "translation"  # TaskConfig.name
+
+    def check_prefixes(self, prefixes: list[str]) -> None:
+        """BadRequest for a prefix no output can start with (a parser's, or one with characters
+        the vocabulary lacks): refused before it is merged with other requests."""
+        if self.task != "translation":
+            raise BadRequest(f"a prefix is for translation, not for a {self.task} model")
+        try:
+            prefix_ids(self.vocab, prefixes)
+        except ValueError as error:
+            raise BadRequest(str(error)) from error
 
     def check_attention(self) -> None:
         """BadRequest for attention (views, alignments) from a model that has none to show."""
@@ -107,6 +120,7 @@ class Engine:
             self.max_positions,
             layers,
             no_attention,
+            translator.task.config.name,
         )
 
     @classmethod
@@ -170,7 +184,10 @@ class Engine:
         if any(work.alignments for work in works):
             self.facts.check_attention()  # as the route has, for a caller without one
         lines = [line for work in works for line in work.lines]
-        found = self.translator.hypotheses(lines, works[0].decode)
+        prefixes = None
+        if any(work.prefixes for work in works):
+            prefixes = [p for work in works for p in work.prefixes or [""] * len(work.lines)]
+        found = self.translator.hypotheses(lines, works[0].decode, prefixes=prefixes)
         results, start = [], 0
         for work in works:
             mine = found[start : start + len(work.lines)]

@@ -93,7 +93,11 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     tokens = _checked_lengths(server, lines)
     if body.alignments:  # refused here, before it is batched with requests that can be served
         _checked(server.facts.check_attention)
-    work = TranslateWork(lines, decode, body.alignments)
+    prefixes = body.prefix_lines
+    if prefixes is not None:  # one no output can start with: 422; one too long: 413
+        _checked(server.facts.check_prefixes, prefixes)
+        _checked_lengths(server, prefixes, "prefix")
+    work = TranslateWork(lines, decode, body.alignments, prefixes)
     run = server.engine.translate
     job = _job(server, work, ("translate", decode), run, len(lines), tokens, decode.beam_size)
     found = await _result_of(request, server, job, started)

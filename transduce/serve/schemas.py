@@ -21,14 +21,19 @@ from pydantic import (
 def _a_sentence(text: str) -> str:
     if not text.strip():
         raise ValueError("a sentence may not be empty or only spaces")
+    return _unicode(text, "a sentence")
+
+
+def _unicode(text: str, what: str = "a prefix") -> str:
     try:
         text.encode("utf-8")  # JSON's \ud800 escapes decode to lone surrogates, not Unicode
     except UnicodeEncodeError as error:
-        raise ValueError("a sentence must be valid Unicode (no lone surrogates)") from error
+        raise ValueError(f"{what} must be valid Unicode (no lone surrogates)") from error
     return text
 
 
 Sentence = Annotated[StrictStr, AfterValidator(_a_sentence)]
+Prefix = Annotated[StrictStr, AfterValidator(_unicode)]  # may be empty: no prefix
 
 
 class TranslateRequest(BaseModel):
@@ -42,6 +47,15 @@ class TranslateRequest(BaseModel):
     n_best: StrictInt = Field(1, ge=1, description="hypotheses per sentence, at most beam_size")
     max_len_b: StrictInt | None = Field(None, ge=1, description="output <= input + max_len_b")
     alignments: StrictBool = Field(False, description="Pharaoh word alignments of each output")
+    prefix: Prefix | None = Field(
+        None,
+        description="with `text`: the start its translations must have, completed by the "
+        "model (interactive translation); the texts include it, the scores count it",
+        examples=["ein kleiner"],
+    )
+    prefixes: list[Prefix] | None = Field(
+        None, description="with `texts`: one prefix each, '' for none"
+    )
 
     @model_validator(mode="after")
     def _one_of_text_and_texts(self) -> TranslateRequest:
@@ -49,11 +63,25 @@ class TranslateRequest(BaseModel):
             raise ValueError("give either `text` (one sentence) or `texts` (a list), not both")
         if self.text is None and self.texts is None:
             raise ValueError("give `text` (one sentence) or `texts` (a list)")
+        if self.prefix is not None and self.text is None:
+            raise ValueError("`prefix` goes with `text`; with `texts`, give `prefixes`")
+        if self.prefixes is not None:
+            if self.texts is None:
+                raise ValueError("`prefixes` go with `texts`; with `text`, give `prefix`")
+            if len(self.prefixes) != len(self.texts):
+                raise ValueError(f"{len(self.prefixes)} prefixes for {len(self.texts)} texts: "
+                                 "give one each ('' for none)")  # fmt: skip
         return self
 
     @property
     def lines(self) -> list[str]:
         return [self.text] if self.text is not None else list(self.texts or [])
+
+    @property
+    def prefix_lines(self) -> list[str] | None:
+        """One prefix a line, or None when no line has one."""
+        prefixes = [self.prefix] if self.prefix is not None else self.prefixes
+        return list(prefixes) if prefixes and any(p.strip() for p in prefixes) else None
 
 
 class Candidate(BaseModel):

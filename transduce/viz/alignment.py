@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from torch import Tensor
@@ -19,7 +19,7 @@ from torch import Tensor
 from ..config import DecodeConfig
 from ..decoding.translate import Translator
 from ..lines import sentence_list
-from .capture import SentenceAttention, attention_of_ids, best_translations
+from .capture import SentenceAttention, attention_of_ids
 
 Links = set[tuple[int, int]]  # (source word, target word), 0-based
 
@@ -62,16 +62,19 @@ def translate_with_alignments(
     lines: list[str],
     layer: int | None = None,
     decode: DecodeConfig | None = None,
+    prefixes: list[str] | None = None,
 ) -> list[tuple[str, list[tuple[int, int]]]]:
-    """Each line's best translation (beam search with `decode`, default the run's settings) and
-    its word alignment; an empty line gives ('', [])."""
+    """Each line's best translation (beam search with `decode`, default the run's settings;
+    each line's prefix forced, if given) and its word alignment; an empty line gives ('', [])."""
     lines = sentence_list(lines)
+    settings = replace(decode or translator.decode, n_best=1)
+    found = translator.hypotheses(lines, settings, prefixes=prefixes)
     todo = [i for i, line in enumerate(lines) if line.strip()]
     sources = translator.vocab.encode([lines[i].strip() for i in todo])
-    targets = best_translations(translator, sources, decode)
     results: list[tuple[str, list[tuple[int, int]]]] = [("", []) for _ in lines]
-    for i, src_ids, tgt_ids in zip(todo, sources, targets, strict=True):
-        attention = attention_of_ids(translator, src_ids, tgt_ids, merge_words=True)
+    for i, src_ids in zip(todo, sources, strict=True):
+        best = found[i][0][1]
+        attention = attention_of_ids(translator, src_ids, best.tokens, merge_words=True)
         results[i] = (attention.translation, align(attention, layer))
     return results
 

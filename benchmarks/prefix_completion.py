@@ -1,0 +1,75 @@
+"""Interactive translation simulated with the references: how well a model completes a correct
+start of the translation (`translate --prefix`).
+
+A translator accepts or types the first k words and the model completes the rest (Knowles and
+Koehn 2016). The reference's first k words stand in for the translator's, for k in --words:
+
+- next-word accuracy: the word the model writes after the k given ones is the reference's word
+  k + 1 (word prediction accuracy, the measure of interactive translation), over the sentences
+  whose reference has more than k words; beside it, the share of the model's own translations
+  (no prefix) whose first k + 1 words are the reference's;
+- BLEU of the whole output (the k words included) against the reference;
+- the decoding time, the same beam as without a prefix.
+
+    python benchmarks/prefix_completion.py --model RUN --data PREPARED [--split test]
+        [--words 0 1 2 3] [--beam 4] [--lowercase-tokenized]
+
+PREPARED holds `{split}.src.txt` and `{split}.tgt.txt` (a `prepare`d folder). Prints a line per k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import transduce
+from transduce.tasks.translation import scoring
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--words", type=int, nargs="+", default=[0, 1, 2, 3])
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--lowercase-tokenized", action="store_true")
+    args = parser.parse_args()
+    translator, task = transduce.load(args.model), scoring(args.lowercase_tokenized)
+    sources = (args.data / f"{args.split}.src.txt").read_text(encoding="utf-8").splitlines()
+    references = (args.data / f"{args.split}.tgt.txt").read_text(encoding="utf-8").splitlines()
+    decode = replace(translator.decode, beam_size=args.beam)
+    print(f"{args.model}, {args.split} ({len(sources)} lines), beam {args.beam}")
+    own = [hypotheses[0][0] for hypotheses in translator.translate(sources, decode)]
+    for k in args.words:
+        prefixes = [" ".join(reference.split()[:k]) for reference in references]
+        began = time.perf_counter()
+        found = translator.translate(sources, decode, prefixes=prefixes if k else None)
+        seconds = time.perf_counter() - began
+        outputs = [hypotheses[0][0] for hypotheses in found]
+        right, asked = next_words(outputs, references, k)
+        unforced = next_words(own, references, k)[0]
+        bleu = transduce.score(outputs, references, task).score
+        print(f"k = {k}: next word {right}/{asked} = {100 * right / max(asked, 1):.1f}% (own "
+              f"translations' first {k + 1} words: {100 * unforced / max(asked, 1):.1f}%), "
+              f"BLEU {bleu:.2f}, {seconds:.1f} s")  # fmt: skip
+
+
+def next_words(outputs: list[str], references: list[str], k: int) -> tuple[int, int]:
+    """How many outputs continue their reference's first k words with its word k + 1, of the
+    references longer than k words. An output whose first k words differ (a piece glued onto
+    the k-th word) counts as wrong."""
+    right = asked = 0
+    for output, reference in zip(outputs, references, strict=True):
+        written, wanted = output.split(), reference.split()
+        if len(wanted) <= k:
+            continue
+        asked += 1
+        right += written[: k + 1] == wanted[: k + 1]
+    return right, asked
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""`prefix` / `prefixes` of `POST /v1/translate` against a real uvicorn on loopback: each
+translation starts with its prefix and is what `Translator.translate` gives, merged with other
+requests or not; a prefix no output can start with is answered 422 (413 when too long), alone."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+
+from transduce.serve.engine import BadRequest, TranslateWork  # noqa: E402
+from transduce.serve.server import Background  # noqa: E402
+from transduce.serve.settings import ServeSettings  # noqa: E402
+
+from .serving import sentences, toy_engine  # noqa: E402
+
+LOOPBACK = ServeSettings(port=0, batch_wait_ms=50, max_sentence_tokens=30)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return toy_engine(tmp_path_factory.mktemp("serve-prefix"))
+
+
+@pytest.fixture(scope="module")
+def served(engine):
+    with Background(engine, LOOPBACK) as url:
+        yield url
+
+
+def _request(i: int) -> dict:
+    """Requests of each shape: one text with a prefix or without, several with prefixes."""
+    texts, starts = sentences(1 + i % 3, seed=i), sentences(3, seed=50 + i)
+    if i % 4 == 0:
+        return {"text": texts[0], "prefix": starts[0], "n_best": 2}
+    if i % 4 == 1:
+        return {"text": texts[0], "n_best": 2}
+    return {"texts": texts, "prefixes": ["", *starts][: len(texts)], "n_best": 2}
+
+
+def test_merged_requests_get_what_offline_translation_gives(engine, served):
+    """Eight clients at once, with prefixes and without (merged by the batcher into shared
+    calls): each answer is its own texts' n best under its own prefixes, as `Translator`
+    gives them alone, every candidate starting with its prefix."""
+    requests = [_request(i) for i in range(8)]
+
+    def post(body):
+        with httpx.Client(base_url=served) as client:
+            answer = client.post("/v1/translate", json=body)
+            assert answer.status_code == 200, answer.text
+            return answer.json()
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(post, requests))
+    decode = replace(engine.translator.decode, n_best=2)
+    for body, answer in zip(requests, answers, strict=True):
+        texts = body.get("texts") or [body["text"]]
+        prefixes = body.get("prefixes") or ([body["prefix"]] if "prefix" in body else None)
+        offline = engine.translator.translate(texts, decode, prefixes=prefixes)
+        for prefix, got, want in zip(prefixes or [""] * len(texts), answer["translations"],
+                                     offline, strict=True):  # fmt: skip
+            assert [c["text"] for c in got["n_best"]] == [text for text, _ in want]
+            assert [c["score"] for c in got["n_best"]] == pytest.approx([s for _, s in want])
+            assert all(c["text"].startswith(prefix) for c in got["n_best"])
+    assert any(body.get("prefix") for body in requests)
+
+
+def test_works_with_and_without_prefixes_decode_together_as_alone(engine):
+    """The worker's merged call: a request without prefixes before two with them, each line
+    under its own request's prefix."""
+    decode = replace(engine.translator.decode, n_best=2)
+    works = [
+        TranslateWork(["the dog runs", "grass"], decode, False),
+        TranslateWork(["children playing"], decode, False, ["outside"]),
+        TranslateWork(["green grass", "the dog"], decode, False, ["", "the green"]),
+    ]
+    merged = engine.translate(works)
+    alone = [engine.translate([work])[0] for work in works]
+    texts = [[[c["text"] for c in line] for line in request] for request in merged]
+    assert texts == [[[c["text"] for c in line] for line in request] for request in alone]
+    scores = [c["score"] for request in merged for line in request for c in line]
+    assert scores == pytest.approx([c["score"] for r in alone for line in r for c in line])
+    assert merged[1][0][0]["text"].startswith("outside")
+    assert merged[2][1][1]["text"].startswith("the green")
+
+
+def test_alignments_come_with_a_forced_prefix(served):
+    with httpx.Client(base_url=served) as client:
+        answer = client.post("/v1/translate", json={"text": "the dog runs", "prefix": "green",
+                                                    "alignments": True}).json()  # fmt: skip
+    best = answer["translations"][0]
+    assert best["text"].startswith("green") and best["alignment"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [
+        ({"texts": ["the dog"], "prefix": "the"}, 422, "`prefix` goes with `text`"),
+        ({"text": "the dog", "prefixes": ["the"]}, 422, "`prefixes` go with `texts`"),
+        ({"texts": ["the dog", "grass"], "prefixes": ["the"]}, 422, "1 prefixes for 2 texts"),
+        ({"text": "the dog", "prefix": "the ☃"}, 422, "vocabulary lacks '☃'"),
+        ({"text": "the dog", "prefix": 3}, 422, "valid string"),
+        ({"text": "the dog", "prefix": "children playing outside " * 6}, 413, "prefix has"),
+    ],
+)  # fmt: skip
+def test_bad_prefixes_are_answered_and_the_server_goes_on(served, body, status, says):
+    with httpx.Client(base_url=served) as client:
+        answer = client.post("/v1/translate", json=body)
+        assert answer.status_code == status, answer.text
+        assert says in answer.text
+        assert client.post("/v1/translate", json={"text": "the dog"}).status_code == 200
+
+
+def test_a_lone_surrogate_prefix_is_refused(served):
+    raw = b'{"text": "the dog", "prefix": "\\ud800"}'
+    with httpx.Client(base_url=served) as client:
+        answer = client.post("/v1/translate", content=raw,
+                             headers={"Content-Type": "application/json"})  # fmt: skip
+    assert answer.status_code == 422 and "valid Unicode" in answer.text
+
+
+def test_a_parsers_facts_refuse_a_prefix(engine):
+    parser = replace(engine.facts, task="parse")
+    with pytest.raises(BadRequest, match="a prefix is for translation, not for a parse model"):
+        parser.check_prefixes(["(S"])
+    engine.facts.check_prefixes(["the dog", ""])  # a translator's: fine
