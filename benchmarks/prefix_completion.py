@@ -2,7 +2,9 @@
 start of the translation (`translate --prefix`).
 
 A translator accepts or types the first k words and the model completes the rest (Knowles and
-Koehn 2016). The reference's first k words stand in for the translator's, for k in --words:
+Koehn 2016). The reference's first k words stand in for the translator's, for k in --words, and
+with --letters N also the first N letters of its word k + 1, as typed so far (word-level
+autocompletion):
 
 - next-word accuracy: the word the model writes after the k given ones is the reference's word
   k + 1 (word prediction accuracy, the measure of interactive translation), over the sentences
@@ -12,9 +14,10 @@ Koehn 2016). The reference's first k words stand in for the translator's, for k 
 - the decoding time, the same beam as without a prefix.
 
     python benchmarks/prefix_completion.py --model RUN --data PREPARED [--split test]
-        [--words 0 1 2 3] [--beam 4] [--lowercase-tokenized]
+        [--words 0 1 2 3] [--letters 0 1 2] [--beam 4] [--lowercase-tokenized]
 
-PREPARED holds `{split}.src.txt` and `{split}.tgt.txt` (a `prepare`d folder). Prints a line per k.
+PREPARED holds `{split}.src.txt` and `{split}.tgt.txt` (a `prepare`d folder). Prints a line per
+k and N.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--split", default="test")
     parser.add_argument("--words", type=int, nargs="+", default=[0, 1, 2, 3])
+    parser.add_argument("--letters", type=int, nargs="+", default=[0])
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--lowercase-tokenized", action="store_true")
     args = parser.parse_args()
@@ -44,17 +48,27 @@ def main() -> None:
     print(f"{args.model}, {args.split} ({len(sources)} lines), beam {args.beam}")
     own = [hypotheses[0][0] for hypotheses in translator.translate(sources, decode)]
     for k in args.words:
-        prefixes = [" ".join(reference.split()[:k]) for reference in references]
-        began = time.perf_counter()
-        found = translator.translate(sources, decode, prefixes=prefixes if k else None)
-        seconds = time.perf_counter() - began
-        outputs = [hypotheses[0][0] for hypotheses in found]
-        right, asked = next_words(outputs, references, k)
-        unforced = next_words(own, references, k)[0]
-        bleu = transduce.score(outputs, references, task).score
-        print(f"k = {k}: next word {right}/{asked} = {100 * right / max(asked, 1):.1f}% (own "
-              f"translations' first {k + 1} words: {100 * unforced / max(asked, 1):.1f}%), "
-              f"BLEU {bleu:.2f}, {seconds:.1f} s")  # fmt: skip
+        for letters in args.letters:
+            prefixes = [typed(reference, k, letters) for reference in references]
+            began = time.perf_counter()
+            found = translator.translate(sources, decode, prefixes=prefixes)
+            seconds = time.perf_counter() - began
+            outputs = [hypotheses[0][0] for hypotheses in found]
+            right, asked = next_words(outputs, references, k)
+            unforced = next_words(own, references, k)[0]
+            bleu = transduce.score(outputs, references, task).score
+            share, own_share = (100 * n / max(asked, 1) for n in (right, unforced))
+            print(f"k = {k}, {letters} letters: next word {right}/{asked} = {share:.1f}% (own "
+                  f"translations' first {k + 1} words: {own_share:.1f}%), BLEU {bleu:.2f}, "
+                  f"{seconds:.1f} s")  # fmt: skip
+
+
+def typed(reference: str, k: int, letters: int) -> str:
+    """The reference's first k words, each ended by its space, and the first `letters` letters
+    of the next: what a translator has typed so far."""
+    words = reference.split()
+    start = "".join(word + " " for word in words[:k])
+    return start + (words[k][:letters] if k < len(words) else "")
 
 
 def next_words(outputs: list[str], references: list[str], k: int) -> tuple[int, int]:

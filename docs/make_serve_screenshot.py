@@ -32,7 +32,8 @@ TOKENIZED = [
     "a man in an orange hat starring at something .",
     "a boston terrier is running on lush green grass in front of a white fence .",
 ]
-PREFIX = {False: "Ein kleiner Hund", True: "ein kleiner hund"}  # the reference: "Ein Boston ..."
+# Typed so far, its last word unfinished (the reference has "Ein Boston Terrier").
+PREFIX = {False: "Ein kleiner Hu", True: "ein kleiner hu"}
 
 
 def main() -> None:

@@ -108,6 +108,9 @@ def test_the_prefix_benchmark_counts_next_words_and_runs(tmp_path):
     outputs, references = ["a b c", "a bc d", "x"], ["a b d", "a b c", "x"]
     assert prefix_completion.next_words(outputs, references, 1) == (1, 2)
     assert prefix_completion.next_words(outputs, references, 0) == (3, 3)
+    assert prefix_completion.typed("ein kleiner hund", 2, 0) == "ein kleiner "
+    assert prefix_completion.typed("ein kleiner hund", 1, 2) == "ein kl"
+    assert prefix_completion.typed("ein hund", 2, 2) == "ein hund "
     model = save_toy_model(tmp_path)
     write_lines(tmp_path / "test.src.txt", ["the dog runs", "green grass"])
     write_lines(tmp_path / "test.tgt.txt", ["the green dog", "children playing outside"])
@@ -116,5 +119,6 @@ def test_the_prefix_benchmark_counts_next_words_and_runs(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
-    assert lines[1].startswith("k = 0: next word ") and lines[2].startswith("k = 2: next word ")
+    assert lines[1].startswith("k = 0, 0 letters: next word ")
+    assert lines[2].startswith("k = 2, 0 letters: next word ")
     assert "/2 = " in lines[1] and "/2 = " in lines[2]  # both references have three words

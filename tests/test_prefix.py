@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from transduce.cli import main
-from transduce.config import TaskConfig
+from transduce.config import DecodeConfig, TaskConfig
 from transduce.decoding.forced import score_ids
 from transduce.decoding.sampling import Sampling, sample
 from transduce.decoding.search import beam_search, greedy_search, length_penalty
@@ -214,3 +214,87 @@ def test_the_command_line_forces_each_lines_prefix(tmp_path, capsys):
     write_lines(prefix, ["the", "grass"])
     with pytest.raises(SystemExit, match="has 2 lines, the input 3"):
         main([*base, "--prefix", str(prefix)])
+
+
+# --- a start that ends inside a word, or after one ---
+
+
+def test_an_unfinished_last_word_is_spelled_on_in_any_pieces(tmp_path):
+    """ "the gre": every output's text starts with it (the n best, greedy, samples), the word
+    finished as the model likes ("green", "grass" is ruled out), each hypothesis scored as forced
+    decoding scores its pieces; a start ending in a space asks for a new word."""
+    translator = toy_translator(tmp_path)
+    lines = ["the dog runs", "green grass", "children playing outside"]
+    for decode, sampling in [(replace(translator.decode, beam_size=3, n_best=3), None),
+                             (replace(translator.decode, beam_size=1), None),
+                             (translator.decode, Sampling(samples=3, seed=2))]:  # fmt: skip
+        prefixes = ["the gre", "chi", "the "]
+        found = translator.hypotheses(lines, decode, sampling, prefixes)
+        for line, prefix, outputs in zip(lines, prefixes, found, strict=True):
+            source = translator.vocab.encode([line])[0]
+            scores = score_ids(translator.model, translator.vocab,
+                               [(source, h.tokens) for _, h in outputs], CPU)  # fmt: skip
+            for (text, hypothesis), score in zip(outputs, scores, strict=True):
+                assert text.startswith(prefix.rstrip()), (prefix, text)
+                assert hypothesis.log_prob == pytest.approx(score.log_prob, rel=1e-6)
+        assert all(t == "the" or t.startswith("the ") for t, _ in found[2])
+
+
+def test_a_wide_beam_finds_the_exhaustive_best_spelling_of_an_unfinished_word(tmp_path):
+    """Over every sequence of at most two pieces of the toy vocabulary whose text starts with
+    "gr" (a piece starting a word first), the best by score is what a wide beam finds, and
+    every hypothesis it ends is one of them."""
+    translator = toy_translator(tmp_path)
+    vocab, model = translator.vocab, translator.model
+    writable = [i for i in range(4, vocab.size)]
+    sequences = [[i] for i in writable] + [[i, j] for i in writable for j in writable]
+    pieces = {i: vocab.pieces([i])[0] for i in writable}
+    candidates = [s for s, text in zip(sequences, vocab.decode(sequences), strict=True)
+                  if pieces[s[0]].startswith("\u2581") and text.startswith("gr")]  # fmt: skip
+    source = vocab.encode(["the dog runs"])[0]
+    scored = score_ids(model, vocab, [(source, c) for c in candidates], CPU)
+
+    def score(tokens, log_prob):
+        return log_prob / length_penalty(len(tokens) + 1, 0.6)
+
+    best = max(zip(candidates, scored, strict=True), key=lambda p: score(p[0], p[1].log_prob))
+    decode = DecodeConfig(beam_size=64, n_best=64, alpha=0.6, max_len_a=0.0, max_len_b=3)
+    found = translator.hypotheses(["the dog runs"], decode, prefixes=["gr"])[0]
+    assert found[0][1].tokens == best[0]
+    assert {tuple(h.tokens) for _, h in found} <= {tuple(c) for c in candidates}
+    assert len(candidates) > 5 and len(found) > 2
+
+
+def test_unfinished_words_decode_in_a_batch_as_alone(tmp_path):
+    translator = toy_translator(tmp_path)
+    lines = ["the dog runs", "green grass", "children playing outside", "dog"]
+    prefixes = ["the gre", "", "chi", "grass "]
+    decode = replace(translator.decode, beam_size=3, n_best=3, batch_size=4)
+    together = translator.translate(lines, decode, prefixes=prefixes)
+    for line, prefix, outputs in zip(lines, prefixes, together, strict=True):
+        alone = translator.translate([line], decode, prefixes=[prefix])[0]
+        assert [t for t, _ in outputs] == [t for t, _ in alone]
+        assert [s for _, s in outputs] == pytest.approx([s for _, s in alone])
+
+
+def test_the_pieces_that_may_spell_on(tmp_path):
+    """After "gr" is asked for at a word's start: the pieces starting a word that spell part of
+    it or all of it and more, never an end; inside the word, the others; after a space, any new
+    word, or the end."""
+    from transduce.decoding.prefix import PieceTable
+
+    vocab = toy_translator(tmp_path).vocab
+    table, pieces = PieceTable.of(vocab), vocab.pieces(list(range(vocab.size)))
+
+    def allowed(rest, new_word):
+        return {pieces[i] for i in table.allowed(rest, new_word).nonzero().flatten().tolist()}
+
+    starts = {p for p in pieces[4:] if p.startswith("\u2581")}
+    spelling = {p for p in starts if "gr".startswith(p[1:]) or p[1:].startswith("gr")}
+    assert allowed("gr", True) == spelling and "\u2581gr" in spelling
+    inside = {p for p in pieces[4:] if p not in starts and ("r".startswith(p) or p.startswith("r"))}
+    assert allowed("r", False) == inside and inside
+    assert allowed("", True) == starts | {"</s>"}
+    lone, g, gr, grass = vocab.piece_ids(["\u2581", "g", "\u2581gr", "\u2581grass"])
+    assert table.spelled(lone, "gr") == "gr" and table.spelled(g, "gr") == "r"
+    assert table.spelled(gr, "gr") == "" and table.spelled(grass, "gr") == ""

@@ -11,13 +11,14 @@ uncut: the number `transduce score` gives the same pair.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..models.contract import Seq2Seq
-from .prefix import with_prefixes
+from .prefix import Prefix, with_prefixes
 from .search import Hypothesis, check_searchable, length_penalty, max_lengths, next_token_log_probs
 
 
@@ -58,13 +59,13 @@ def sample(
     max_len_b: int = 50,
     max_len: int | None = None,
     generator: torch.Generator | None = None,
-    prefixes: list[list[int]] | None = None,
+    prefixes: Sequence[Prefix | Sequence[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """src (B, S) -> for each sentence its `sampling.samples` samples, best score first (scored
     with the length penalty `alpha`, as beam search's n best are). Each sample is a row of its
     own, the source repeated for it; a row leaves the batch at its EOS. `generator`: the random
     stream to draw from, e.g. one for every batch of a file (default: a new one from the seed).
-    `prefixes` (token ids, one list per sentence): each sample starts with its sentence's.
+    `prefixes` (a `Prefix` or token ids per sentence): each sample starts with its sentence's.
     """
     check_searchable(model, alpha=alpha)
     n, device = sampling.samples, src.device
@@ -87,7 +88,7 @@ def sample(
         log_prob += log_probs.gather(1, drawn).squeeze(1)
         history = torch.cat([history, drawn], dim=1)
         if constraint is not None:
-            constraint.advance(drawn)
+            constraint.advance(drawn.squeeze(1))
         ended = history[:, -1] == eos
         for row in ended.nonzero().flatten().tolist():
             tokens, total = history[row, 1:-1].tolist(), float(log_prob[row])

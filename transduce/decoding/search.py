@@ -7,6 +7,7 @@ decoder state only through `cache.reorder`, so it never branches on the model fa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +15,7 @@ from torch import Tensor
 
 from ..models.contract import Cache, Seq2Seq
 from .constraints import Constraint
-from .prefix import with_prefixes
+from .prefix import Prefix, with_prefixes
 
 
 @dataclass
@@ -87,7 +88,7 @@ def greedy_search(
     max_len_b: int = 50,
     max_len: int | None = None,
     constraint: Constraint | None = None,
-    prefixes: list[list[int]] | None = None,
+    prefixes: Sequence[Prefix | Sequence[int]] | None = None,
 ) -> list[list[int]]:
     """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS.
     `constraint` (one row per sentence) rules tokens out, and `prefixes` force each output's
@@ -136,7 +137,7 @@ def beam_search(
     n_best: int = 1,
     max_len: int | None = None,
     constraint: Constraint | None = None,
-    prefixes: list[list[int]] | None = None,
+    prefixes: Sequence[Prefix | Sequence[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; src (B, S) -> for each sentence its n_best hypotheses, best first.
 

@@ -23,7 +23,7 @@ from ..runtime import pick_device
 from ..tasks import get_task
 from .constraints import TreeConstraint
 from .forced import TargetScore, score_ids
-from .prefix import prefix_ids
+from .prefix import Prefix, parse_prefixes
 from .sampling import Sampling, sample
 from .search import Hypothesis, beam_search
 
@@ -40,14 +40,14 @@ def decode_ids(
     packed_weights: PackedWeights | None = None,
     int8_weights: Int8Weights | None = None,
     sampling: Sampling | None = None,
-    prefixes: list[list[int]] | None = None,
+    prefixes: list[Prefix] | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over id sequences (without EOS), batched by length; results in input order.
     `packed_weights`: a store that keeps the weights packed for oneDNN between calls.
     `int8_weights`: given, the large products run in int8 (`models/int8.py`), their weights
     quantized into this store. `sampling`: given, samples instead of the beam's n best
     (`decoding/sampling.py`), drawn from one random stream over all the batches. `prefixes`:
-    each source's start of the output (ids, possibly none), forced (`decoding/prefix.py`)."""
+    each source's start of the output (possibly none), forced (`decoding/prefix.py`)."""
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
@@ -74,7 +74,7 @@ def _decode_batch(
     device: torch.device,
     sampling: Sampling | None,
     generator: torch.Generator | None,
-    prefixes: list[list[int]] | None,
+    prefixes: list[Prefix] | None,
 ) -> list[list[Hypothesis]]:
     """One batch of sentences: the beam's n best of each, or its samples."""
     src = collate([(ids, []) for ids in sources], vocab.pad, vocab.bos, vocab.eos).src.to(device)
@@ -175,8 +175,9 @@ class Translator:
         `decode` replaces the run's own decoding settings (config.json's `decode`). `sampling`:
         samples drawn from the model instead (`decoding/sampling.py`), best score first; of
         `decode`, the length limits and the length penalty of the scores apply. `prefixes`: one
-        per line ('' for none), the start every output of it must have, completed by the search
-        (`decoding/prefix.py`); the texts include it, the scores count its tokens.
+        per line ('' for none), the text every output of it must start with, its last word
+        perhaps unfinished, completed by the search (`decoding/prefix.py`); the texts include it,
+        the scores count its tokens.
         """
         found = self.hypotheses(lines, decode, sampling, prefixes)
         return [[(text, h.score) for text, h in hyps] for hyps in found]
@@ -202,7 +203,7 @@ class Translator:
             raise ValueError("sampling draws from the model alone: leave out constrained search")
         sources = self.vocab.encode([line.strip() for line in lines])
         self._check_lengths(sources)
-        forced = self._prefix_ids(prefixes, len(lines))
+        forced = self._prefixes(prefixes, len(lines))
         todo = [i for i, line in enumerate(lines) if line.strip()]
         hypotheses = decode_ids(
             self.model,
@@ -244,8 +245,8 @@ class Translator:
         pairs = list(zip(source_ids, target_ids, strict=True))
         return score_ids(self.model, self.vocab, pairs, self.device, max_tokens)
 
-    def _prefix_ids(self, prefixes: Sequence[str] | None, lines: int) -> list[list[int]] | None:
-        """Each line's prefix as ids, checked: one a line, within the model's positions."""
+    def _prefixes(self, prefixes: Sequence[str] | None, lines: int) -> list[Prefix] | None:
+        """Each line's prefix parsed, checked: one a line, within the model's positions."""
         if prefixes is None:
             return None
         prefixes = sentence_list(prefixes, "prefixes")
@@ -255,9 +256,12 @@ class Translator:
         if self.task.config.name != "translation":
             raise ValueError(f"a prefix is for translation, not for a {self.task.config.name} "
                              "model")  # fmt: skip
-        ids = prefix_ids(self.vocab, prefixes)
-        self._check_lengths(ids, "prefix")
-        return ids
+        parsed, limit = parse_prefixes(self.vocab, prefixes), self.model.max_positions
+        for line, prefix in enumerate(parsed, start=1):
+            if limit is not None and prefix.most_tokens + 1 > limit:
+                raise ValueError(f"prefix line {line}: up to {prefix.most_tokens + 1} subwords "
+                                 f"exceed the model's max_positions={limit}")  # fmt: skip
+        return parsed
 
     def _check_lengths(self, sequences: list[list[int]], side: str = "input") -> None:
         limit = self.model.max_positions

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config import DecodeConfig
 from ..data.bpe import Vocab
-from ..decoding.prefix import prefix_ids
+from ..decoding.prefix import parse_prefixes
 from ..decoding.translate import Translator
 from ..models import count_parameters
 from ..models.ensemble import AttendDifferently
@@ -72,7 +72,7 @@ class ModelFacts:
         if self.task != "translation":
             raise BadRequest(f"a prefix is for translation, not for a {self.task} model")
         try:
-            prefix_ids(self.vocab, prefixes)
+            parse_prefixes(self.vocab, prefixes)
         except ValueError as error:
             raise BadRequest(str(error)) from error
 

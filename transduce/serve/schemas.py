@@ -49,8 +49,9 @@ class TranslateRequest(BaseModel):
     alignments: StrictBool = Field(False, description="Pharaoh word alignments of each output")
     prefix: Prefix | None = Field(
         None,
-        description="with `text`: the start its translations must have, completed by the "
-        "model (interactive translation); the texts include it, the scores count it",
+        description="with `text`: the text its translations must start with, the last word "
+        "perhaps unfinished, completed by the model (interactive translation); the texts "
+        "include it, the scores count it",
         examples=["ein kleiner"],
     )
     prefixes: list[Prefix] | None = Field(
