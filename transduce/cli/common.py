@@ -1,9 +1,11 @@
-"""What several verbs share: the corpora folder's default, and --set overrides onto a preset."""
+"""What several verbs share: the corpora folder's default, --set overrides onto a preset, and the
+decoding verbs' model, search, input and output arguments."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from ..presets import PRESETS
@@ -81,3 +83,43 @@ def load_overrides(path: str | Path) -> dict[str, object]:
         for name, value in values.items():
             flat[f"{section}.{name}"] = value
     return flat
+
+
+def add_model_and_search_arguments(p) -> None:
+    """The model, the input and output, and the search settings (unset: the run's own)."""
+    add_models_argument(p)
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="a checkpoint file of the one --model (default: average.pt, else the newest)",
+    )
+    p.add_argument("--beam", type=int, help="beam size; 1 is greedy search (default: the run's)")
+    p.add_argument("--alpha", type=float, help="length penalty (default: the run's)")
+    p.add_argument("--batch-size", type=int, help="sentences per batch")
+    p.add_argument("--input", type=Path, help="default: standard input")
+    p.add_argument("--output", type=Path, help="default: standard output")
+    p.add_argument("--device")
+
+
+def check_writable(*paths: Path | None) -> None:
+    """Output paths checked before the model decodes a whole file for nothing."""
+    for path in paths:
+        if path is None:
+            continue
+        if path.is_dir():
+            raise ValueError(f"{path} is a folder; name the file to write")
+        if not path.parent.is_dir():
+            raise ValueError(f"{path}: its folder {path.parent} does not exist")
+
+
+def input_lines(path: Path | None) -> list[str]:
+    from ..data.corpus import decode_lines, read_lines
+
+    return read_lines(path) if path else decode_lines(sys.stdin.buffer.read(), "<stdin>")
+
+
+def write_output(path: Path | None, text: str) -> None:
+    if path:
+        path.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)

@@ -9,11 +9,11 @@ import os
 import sys
 
 from .. import __version__
-from . import data, decode, experiments, export, serve, train, viz
+from . import data, decode, experiments, export, serve, train, translate, viz
 
 logger = logging.getLogger("transduce")
 
-VERB_GROUPS = (export, data, train, decode, experiments, viz, serve)
+VERB_GROUPS = (export, data, train, translate, decode, experiments, viz, serve)
 
 
 def main(argv: list[str] | None = None) -> None:
