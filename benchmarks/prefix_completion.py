@@ -50,6 +50,8 @@ def main() -> None:
     for k in args.words:
         for letters in args.letters:
             prefixes = [typed(reference, k, letters) for reference in references]
+            # A reference with characters the vocabulary lacks cannot be a start: none given.
+            prefixes = [p if not translator.vocab.lacking(p) else "" for p in prefixes]
             began = time.perf_counter()
             found = translator.translate(sources, decode, prefixes=prefixes)
             seconds = time.perf_counter() - began

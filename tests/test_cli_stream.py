@@ -147,3 +147,24 @@ def test_an_empty_input_writes_an_empty_file(model, tmp_path, monkeypatch):
     assert out.read_text(encoding="utf-8") == ""
     with pytest.raises(SystemExit, match="--buffer-size 0: translate at least 1 line"):
         main(["translate", "--model", str(model), "--buffer-size", "0"])
+
+
+def test_a_files_prefix_count_is_checked_before_any_group_and_crlf_is_no_space(model, tmp_path):
+    """With --input and --buffer-size, a --prefix file of another length is refused before
+    anything is written; a prefix file with Windows line ends reads as the same file without."""
+    source = write_lines(tmp_path / "in.txt", LINES[:3])
+    out = tmp_path / "out.txt"
+    prefix = write_lines(tmp_path / "prefix.txt", ["the gr", "", "chi", "extra"])
+    with pytest.raises(SystemExit, match="has 4 lines, the input 3:"):
+        main(["translate", "--model", str(model), "--input", str(source), "--buffer-size", "1",
+              "--prefix", str(prefix), "--output", str(out)])  # fmt: skip
+    assert not out.exists()
+    unix, windows = tmp_path / "unix.txt", tmp_path / "windows.txt"
+    unix.write_bytes(b"the gr\n\nchi\n")
+    windows.write_bytes(b"the gr\r\n\r\nchi\r\n")
+    base = ["translate", "--model", str(model), "--input", str(source), "--buffer-size", "2"]
+    main([*base, "--prefix", str(unix), "--output", str(tmp_path / "a.txt")])
+    main([*base, "--prefix", str(windows), "--output", str(tmp_path / "b.txt")])
+    translations = (tmp_path / "a.txt").read_text(encoding="utf-8")
+    assert (tmp_path / "b.txt").read_text(encoding="utf-8") == translations
+    assert translations.splitlines()[0].startswith("the gr")

@@ -241,16 +241,20 @@ def test_an_unfinished_last_word_is_spelled_on_in_any_pieces(tmp_path):
 
 
 def test_a_wide_beam_finds_the_exhaustive_best_spelling_of_an_unfinished_word(tmp_path):
-    """Over every sequence of at most two pieces of the toy vocabulary whose text starts with
-    "gr" (a piece starting a word first), the best by score is what a wide beam finds, and
-    every hypothesis it ends is one of them."""
+    """Over every sequence of at most three pieces of the toy vocabulary whose text starts with
+    "gr" (a piece starting a word first; the limit raised to three and the end), the best by
+    score is what a wide beam finds, and every hypothesis it ends is one of them."""
     translator = toy_translator(tmp_path)
     vocab, model = translator.vocab, translator.model
-    writable = [i for i in range(4, vocab.size)]
-    sequences = [[i] for i in writable] + [[i, j] for i in writable for j in writable]
-    pieces = {i: vocab.pieces([i])[0] for i in writable}
-    candidates = [s for s, text in zip(sequences, vocab.decode(sequences), strict=True)
-                  if pieces[s[0]].startswith("\u2581") and text.startswith("gr")]  # fmt: skip
+    writable = list(range(4, vocab.size))
+    starts = [i for i in writable if vocab.pieces([i])[0].startswith("\u2581")]
+    candidates, growing = [], [[i] for i in starts]
+    for _ in range(3):  # extend only what can still become "gr...": text only grows
+        texts = vocab.decode(growing)
+        candidates += [s for s, text in zip(growing, texts, strict=True) if text.startswith("gr")]
+        growing = [[*s, i] for s, text in zip(growing, texts, strict=True)
+                   if len(s) < 3 and ("gr".startswith(text) or text.startswith("gr"))
+                   for i in writable]  # fmt: skip
     source = vocab.encode(["the dog runs"])[0]
     scored = score_ids(model, vocab, [(source, c) for c in candidates], CPU)
 
@@ -262,7 +266,7 @@ def test_a_wide_beam_finds_the_exhaustive_best_spelling_of_an_unfinished_word(tm
     found = translator.hypotheses(["the dog runs"], decode, prefixes=["gr"])[0]
     assert found[0][1].tokens == best[0]
     assert {tuple(h.tokens) for _, h in found} <= {tuple(c) for c in candidates}
-    assert len(candidates) > 5 and len(found) > 2
+    assert len(candidates) > 50 and len(found) > 2
 
 
 def test_unfinished_words_decode_in_a_batch_as_alone(tmp_path):
@@ -298,3 +302,30 @@ def test_the_pieces_that_may_spell_on(tmp_path):
     lone, g, gr, grass = vocab.piece_ids(["\u2581", "g", "\u2581gr", "\u2581grass"])
     assert table.spelled(lone, "gr") == "gr" and table.spelled(g, "gr") == "r"
     assert table.spelled(gr, "gr") == "" and table.spelled(grass, "gr") == ""
+
+
+@pytest.mark.parametrize("kind", ["beam", "greedy", "sampling"])
+def test_a_word_spelled_from_a_lone_word_start_fits_the_length_limit(tmp_path, kind):
+    """The toy vocabulary writes "u" at a word's start only as "\u2581" then "u": two pieces
+    for one letter, which the raised length limit must leave room for (with one less, the row
+    met its limit with the end ruled out: no output, or a sampler's error)."""
+    translator = toy_translator(tmp_path)
+    assert not translator.vocab.lacking("u") and "\u2581u" not in translator.vocab.pieces(
+        list(range(translator.vocab.size))
+    )
+    decode = replace(translator.decode, max_len_b=1, beam_size=1 if kind == "greedy" else 2)
+    sampling = Sampling(samples=2, seed=4) if kind == "sampling" else None
+    for prefix in ["u", "the u"]:
+        found = translator.translate(["dog"], decode, sampling, prefixes=[prefix])[0]
+        assert found and all(text.startswith(prefix) for text, _ in found), found
+
+
+def test_spaces_of_any_kind_split_words_and_an_empty_lines_prefix_is_not_read(tmp_path):
+    """A tab or a no-break space separates words as a space does (they are not refused as
+    characters the vocabulary lacks, which they may be); an empty line translates to '' and its
+    prefix, even one no output could start with, is not read."""
+    translator = toy_translator(tmp_path)
+    tabbed = translator.translate(["the dog"], prefixes=["\tthe\tdog\u00a0"])[0][0][0]
+    assert tabbed.startswith("the dog ") or tabbed == "the dog"
+    found = translator.translate(["", "the dog"], prefixes=["a \u2603", "gr"])
+    assert found[0] == [("", 0.0)] and found[1][0][0].startswith("gr")

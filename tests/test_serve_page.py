@@ -98,10 +98,11 @@ def test_the_page_completes_a_typed_start_of_the_translation(browser, tmp_path):
     it (what `Translator.translate` gives with that prefix) and the attention drawn is that
     translation's, not the model's own choice; a start with several lines is refused, named."""
     engine = toy_engine(tmp_path)
-    prefix = "green grass"
+    prefix = "green grass "  # the final space asks for a new word: the page must keep it
     expected = engine.translator.translate([SENTENCE], prefixes=[prefix])[0][0][0]
+    unfinished = engine.translator.translate([SENTENCE], prefixes=[prefix.strip()])[0][0][0]
     own = engine.translator.translate([SENTENCE])[0][0][0]
-    assert expected.startswith(prefix) and not own.startswith(prefix)
+    assert expected.startswith(prefix) and not own.startswith(prefix) and unfinished != expected
     with Background(engine, ServeSettings(port=0)) as url:
         page = browser.new_page(viewport={"width": 1300, "height": 900})
         errors, bodies = [], []
@@ -114,7 +115,7 @@ def test_the_page_completes_a_typed_start_of_the_translation(browser, tmp_path):
         page.wait_for_selector("#attention:not([hidden])")
         assert page.inner_text("#translations li .output") == expected
         assert page.inner_text("#target") == expected  # the attention of the shown translation
-        assert any(f'"prefix":"{prefix}"' in body for body in bodies)
+        assert any(f'"prefix":"{prefix}"' in body for body in bodies)  # the space sent too
         page.screenshot(path=str(tmp_path / "prefix.png"), full_page=True)
         page.fill("#text", SENTENCE + "\nthe dog runs")
         page.click("#go")

@@ -12,12 +12,15 @@ import pytest
 httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
+import torch  # noqa: E402
+
 from transduce.serve.engine import BadRequest, TranslateWork  # noqa: E402
 from transduce.serve.server import Background  # noqa: E402
 from transduce.serve.settings import ServeSettings  # noqa: E402
 
 from .serving import sentences, toy_engine  # noqa: E402
 
+CPU = torch.device("cpu")
 LOOPBACK = ServeSettings(port=0, batch_wait_ms=50, max_sentence_tokens=30)
 
 
@@ -104,7 +107,7 @@ def test_alignments_come_with_a_forced_prefix(served):
         ({"texts": ["the dog", "grass"], "prefixes": ["the"]}, 422, "1 prefixes for 2 texts"),
         ({"text": "the dog", "prefix": "the ☃"}, 422, "vocabulary lacks '☃'"),
         ({"text": "the dog", "prefix": 3}, 422, "valid string"),
-        ({"text": "the dog", "prefix": "children playing outside " * 6}, 413, "prefix has"),
+        ({"text": "the dog", "prefix": "children playing outside " * 6}, 413, "prefix may take"),
     ],
 )  # fmt: skip
 def test_bad_prefixes_are_answered_and_the_server_goes_on(served, body, status, says):
@@ -126,5 +129,31 @@ def test_a_lone_surrogate_prefix_is_refused(served):
 def test_a_parsers_facts_refuse_a_prefix(engine):
     parser = replace(engine.facts, task="parse")
     with pytest.raises(BadRequest, match="a prefix is for translation, not for a parse model"):
-        parser.check_prefixes(["(S"])
-    engine.facts.check_prefixes(["the dog", ""])  # a translator's: fine
+        parser.prefix_lengths(["(S"])
+    # "the", then "dog" a piece a letter after a lone word start, and the end
+    assert engine.facts.prefix_lengths(["the dog", ""]) == [6, 1]
+
+
+def test_a_prefix_over_the_models_positions_letter_by_letter_is_413_before_decoding(tmp_path):
+    """Learned positions (32): a prefix of few subwords whose unfinished word could take a piece
+    a letter past them is refused at the door, 413, as the decoder would refuse it, instead of
+    failing the batch it was merged into."""
+    from transduce.config import DecodeConfig
+    from transduce.decoding.translate import Translator
+    from transduce.serve.engine import Engine
+
+    from .conftest import tiny_model, toy_vocab
+
+    vocab = toy_vocab(tmp_path)
+    learned = tiny_model(vocab_size=vocab.size, positions="learned", max_positions=32,
+                         dtype=torch.float32)  # fmt: skip
+    engine = Engine(Translator(learned, vocab, DecodeConfig(beam_size=2, max_len_b=5), CPU), "l")
+    prefix = "the " + "children" * 5  # 2 pieces and 40 letters
+    with Background(engine, LOOPBACK) as url, httpx.Client(base_url=url) as client:
+        answer = client.post("/v1/translate", json={"text": "the dog", "prefix": prefix})
+        assert answer.status_code == 413, answer.text
+        assert "the prefix may take 43 subwords (EOS included); at most 30" in answer.text
+        fine = client.post("/v1/translate", json={"text": "the dog", "prefix": "the chi"})
+        assert fine.status_code == 200 and fine.json()["translations"][0]["text"].startswith(
+            "the chi"
+        )

@@ -122,7 +122,6 @@ def _check_channel(args, sampling) -> None:
 
 
 def _translate(args) -> None:
-    from ..data.corpus import read_lines
     from ..decoding.translate import Translator
 
     check_writable(args.output, args.alignments_out)
@@ -146,13 +145,13 @@ def _translate(args) -> None:
         "batch_size": args.batch_size,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
-    prefixes = read_lines(args.prefix) if args.prefix else None
-    buffer = _buffer_size(args)
+    prefixes = _prefix_lines(args.prefix)
+    groups = _groups(args, prefixes)
     output, links, done = _Sink(args.output), _Sink(args.alignments_out), 0
     try:
-        for lines in _groups(args.input, buffer):
-            starts = _prefixes_of(prefixes, done, len(lines), buffer is None, args.prefix)
-            drawn = sampling and replace(sampling, seed=sampling.seed + done)  # a group's stream
+        for lines in groups:
+            starts = _prefixes_of(prefixes, done, len(lines), args.prefix)
+            drawn = sampling and _group_sampling(sampling, done)
             if aligned:
                 text, pairs = _aligned(translator, lines, decode, args, starts)
                 links.write(pairs)  # nothing without --alignments-out
@@ -208,14 +207,23 @@ def _buffer_size(args) -> int | None:
     return None
 
 
-def _groups(path: Path | None, size: int | None) -> Iterator[list[str]]:
-    """The input's lines, `size` at a time (None: all at once). Standard input is read as the
-    lines come, so that each group is translated before the next is typed or sent."""
-    if path is not None or size is None:
-        lines = input_lines(path)
-        step = size or max(len(lines), 1)
-        yield from (lines[start : start + step] for start in range(0, len(lines), step))
-        return
+def _groups(args, prefixes: list[str] | None) -> Iterator[list[str]]:
+    """The input's lines, --buffer-size at a time (`_buffer_size`). A file, or standard input
+    to be read whole, is read at once and its count of prefixes checked before anything is
+    decoded; otherwise standard input is read as the lines come (`_stdin_groups`)."""
+    size = _buffer_size(args)
+    if args.input is None and size is not None:
+        return _stdin_groups(size)
+    lines = input_lines(args.input)
+    if prefixes is not None and len(prefixes) != len(lines):
+        raise ValueError(_count_mismatch(args.prefix, len(prefixes), len(lines)))
+    step = size or max(len(lines), 1)
+    return iter([lines[start : start + step] for start in range(0, len(lines), step)])
+
+
+def _stdin_groups(size: int) -> Iterator[list[str]]:
+    """Standard input's lines `size` at a time, each group as soon as its last line has come, so
+    that it is translated before the next is typed or sent."""
     group: list[str] = []
     for number, raw in enumerate(sys.stdin.buffer, start=1):
         group.append(_decoded(raw, number))
@@ -235,16 +243,36 @@ def _decoded(raw: bytes, number: int) -> str:
         raise DataError(f"<stdin> line {number}: invalid UTF-8") from error
 
 
-def _prefixes_of(prefixes, done: int, lines: int, whole: bool, path) -> list[str] | None:
-    """--prefix's lines for the group of `lines` input lines after the first `done`: one each
-    (the whole input's count checked before it is translated)."""
+def _prefix_lines(path: Path | None) -> list[str] | None:
+    """--prefix's lines, a carriage return at the end of each dropped (a file written on
+    Windows): a final space asks for a new word, a final CR is no such request."""
+    if path is None:
+        return None
+    from ..data.corpus import read_lines
+
+    return [line.removesuffix("\r") for line in read_lines(path)]
+
+
+def _prefixes_of(prefixes, done: int, lines: int, path) -> list[str] | None:
+    """--prefix's lines for the group of `lines` input lines after the first `done`: one each."""
     if prefixes is None:
         return None
-    if whole and len(prefixes) != lines:
-        raise ValueError(_count_mismatch(path, len(prefixes), lines))
     if len(prefixes) < done + lines:
         raise ValueError(_count_mismatch(path, len(prefixes), f"{done + lines} or more"))
     return prefixes[done : done + lines]
+
+
+def _group_sampling(sampling, first: int):
+    """The sampling settings of the group whose first line is number `first` (from 0): its own
+    random stream, derived from the seed and `first` (numpy's SeedSequence, so that neither
+    other groups nor other seeds draw the same numbers, as seed + first would); the first group,
+    and so a whole input, draws from the seed itself."""
+    if first == 0:
+        return sampling
+    import numpy as np
+
+    state = np.random.SeedSequence([sampling.seed, first]).generate_state(1, np.uint64)[0]
+    return replace(sampling, seed=int(state >> 1))  # within torch's signed 64-bit seeds
 
 
 def _count_mismatch(path, prefixes: int, lines) -> str:

@@ -88,8 +88,9 @@ class Prefix:
 
     @property
     def most_tokens(self) -> int:
-        """The longest it can take: each character of `rest` a piece, or one new word's."""
-        return len(self.ids) + max(len(self.rest), int(self.new_word))
+        """The most tokens it can take: its ids, then a lone word start ("▁") and a piece for
+        each character of `rest`, or one piece for a new word."""
+        return len(self.ids) + (len(self.rest) + 1 if self.rest else int(self.new_word))
 
 
 def parse_prefixes(vocab: Vocab, texts: Sequence[str]) -> list[Prefix]:
@@ -97,7 +98,7 @@ def parse_prefixes(vocab: Vocab, texts: Sequence[str]) -> list[Prefix]:
     vocabulary lacks, since no output could start with it."""
     table, prefixes = PieceTable.of(vocab), []
     for number, text in enumerate(texts, start=1):
-        if lacking := vocab.lacking(text):
+        if lacking := vocab.lacking(c for c in text if not c.isspace()):  # spaces split words
             raise ValueError(f"prefix {number}: the model's vocabulary lacks {''.join(lacking)!r}, "
                              "so no output of it can start so")  # fmt: skip
         words = text.split()

@@ -203,8 +203,8 @@ class Translator:
             raise ValueError("sampling draws from the model alone: leave out constrained search")
         sources = self.vocab.encode([line.strip() for line in lines])
         self._check_lengths(sources)
-        forced = self._prefixes(prefixes, len(lines))
         todo = [i for i, line in enumerate(lines) if line.strip()]
+        forced = self._prefixes(prefixes, lines)
         hypotheses = decode_ids(
             self.model,
             self.vocab,
@@ -245,14 +245,16 @@ class Translator:
         pairs = list(zip(source_ids, target_ids, strict=True))
         return score_ids(self.model, self.vocab, pairs, self.device, max_tokens)
 
-    def _prefixes(self, prefixes: Sequence[str] | None, lines: int) -> list[Prefix] | None:
-        """Each line's prefix parsed, checked: one a line, within the model's positions."""
+    def _prefixes(self, prefixes: Sequence[str] | None, lines: list[str]) -> list[Prefix] | None:
+        """Each line's prefix parsed, checked: one a line, within the model's positions (an
+        empty line's is not read: it translates to '')."""
         if prefixes is None:
             return None
         prefixes = sentence_list(prefixes, "prefixes")
-        if len(prefixes) != lines:
-            raise ValueError(f"{len(prefixes)} prefixes for {lines} lines: give one a line "
+        if len(prefixes) != len(lines):
+            raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one a line "
                              "('' for none)")  # fmt: skip
+        prefixes = [p if line.strip() else "" for p, line in zip(prefixes, lines, strict=True)]
         if self.task.config.name != "translation":
             raise ValueError(f"a prefix is for translation, not for a {self.task.config.name} "
                              "model")  # fmt: skip

@@ -66,13 +66,15 @@ class ModelFacts:
     no_attention: str | None = None
     task: str = "translation"  # TaskConfig.name
 
-    def check_prefixes(self, prefixes: list[str]) -> None:
-        """BadRequest for a prefix no output can start with (a parser's, or one with characters
-        the vocabulary lacks): refused before it is merged with other requests."""
+    def prefix_lengths(self, prefixes: list[str]) -> list[int]:
+        """The most subwords each prefix can take with its EOS (`Prefix.most_tokens`), to be
+        checked against the limits; BadRequest for a prefix no output can start with (a
+        parser's, or one with characters the vocabulary lacks). Both before the request is
+        merged with others, whose decoding a failure would fail too."""
         if self.task != "translation":
             raise BadRequest(f"a prefix is for translation, not for a {self.task} model")
         try:
-            parse_prefixes(self.vocab, prefixes)
+            return [prefix.most_tokens + 1 for prefix in parse_prefixes(self.vocab, prefixes)]
         except ValueError as error:
             raise BadRequest(str(error)) from error
 

@@ -95,8 +95,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
         _checked(server.facts.check_attention)
     prefixes = body.prefix_lines
     if prefixes is not None:  # one no output can start with: 422; one too long: 413
-        _checked(server.facts.check_prefixes, prefixes)
-        _checked_lengths(server, prefixes, "prefix")
+        _within_limit(server, _checked(server.facts.prefix_lengths, prefixes), "prefix")
     work = TranslateWork(lines, decode, body.alignments, prefixes)
     run = server.engine.translate
     job = _job(server, work, ("translate", decode), run, len(lines), tokens, decode.beam_size)
@@ -177,17 +176,23 @@ def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int 
 
 def _checked_lengths(server, lines: list[str], kind: str = "sentence") -> int:
     """The lines' subwords in all (EOS included); 413 for a line over the limit."""
+    counts = server.facts.token_counts(lines)
+    _within_limit(server, counts, kind)
+    return sum(counts)
+
+
+def _within_limit(server, counts: list[int], kind: str) -> None:
+    """413 for a count of subwords over the server's limit or the model's positions."""
     limit = server.settings.max_sentence_tokens
     if server.facts.max_positions is not None:
         limit = min(limit, server.facts.max_positions)
-    counts = server.facts.token_counts(lines)
+    has = "may take" if kind == "prefix" else "has"  # an unfinished word: a piece a letter
     for number, count in enumerate(counts, start=1):
         if count > limit:
             where = f"{kind} {number} of {len(counts)}" if len(counts) > 1 else f"the {kind}"
             raise HTTPException(
-                413, f"{where} has {count} subwords (EOS included); at most {limit}"
+                413, f"{where} {has} {count} subwords (EOS included); at most {limit}"
             )
-    return sum(counts)
 
 
 def _job(server, payload, key, run, sentences: int, tokens: int, beam: int) -> Job:
