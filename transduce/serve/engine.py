@@ -15,6 +15,7 @@ from pathlib import Path
 from ..config import DecodeConfig
 from ..data.bpe import Vocab
 from ..decoding.prefix import parse_prefixes
+from ..decoding.sampling import Sampling
 from ..decoding.translate import Translator
 from ..models import count_parameters
 from ..models.ensemble import AttendDifferently
@@ -34,6 +35,7 @@ class TranslateWork:
     decode: DecodeConfig  # the key: requests with equal settings are decoded together
     alignments: bool
     prefixes: list[str] | None = None  # one a line, checked (`ModelFacts.check_prefixes`)
+    sampling: Sampling | None = None  # such work comes alone: its seed draws its samples
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,9 @@ class Engine:
         prefixes = None
         if any(work.prefixes for work in works):
             prefixes = [p for work in works for p in work.prefixes or [""] * len(work.lines)]
-        found = self.translator.hypotheses(lines, works[0].decode, prefixes=prefixes)
+        if works[0].sampling is not None and len(works) > 1:
+            raise BadRequest("sampled work is decoded alone, so that its seed draws its samples")
+        found = self.translator.hypotheses(lines, works[0].decode, works[0].sampling, prefixes)
         results, start = [], 0
         for work in works:
             mine = found[start : start + len(work.lines)]

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
+from ..decoding.sampling import Sampling
 from .batcher import Job, QueueFull
 from .engine import AttentionWork, BadRequest, ScoreWork, TranslateWork
 from .schemas import (
@@ -90,15 +91,20 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     if len(lines) > server.settings.max_sentences:
         raise HTTPException(413, f"{len(lines)} sentences; at most {server.settings.max_sentences}")
     decode = _decode_settings(server, body.beam_size, body.n_best, body.max_len_b)
+    sampling = _sampling(server, body.sampling)
     tokens = _checked_lengths(server, lines)
     if body.alignments:  # refused here, before it is batched with requests that can be served
         _checked(server.facts.check_attention)
     prefixes = body.prefix_lines
     if prefixes is not None:  # one no output can start with: 422; one too long: 413
         _within_limit(server, _checked(server.facts.prefix_lengths, prefixes), "prefix")
-    work = TranslateWork(lines, decode, body.alignments, prefixes)
+    work = TranslateWork(lines, decode, body.alignments, prefixes, sampling)
     run = server.engine.translate
-    job = _job(server, work, ("translate", decode), run, len(lines), tokens, decode.beam_size)
+    # Sampled work is never merged with other requests: its seed draws what `transduce translate
+    # --sampling --seed` draws for its lines.
+    key = ("translate", decode) if sampling is None else object()
+    rows = decode.beam_size if sampling is None else sampling.samples
+    job = _job(server, work, key, run, len(lines), tokens, rows)
     found = await _result_of(request, server, job, started)
     if isinstance(found, Response):
         return found
@@ -172,6 +178,16 @@ def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int 
     if max_len_b is not None and max_len_b > settings.max_len_b:
         raise HTTPException(422, f"max_len_b={max_len_b} exceeds the limit {settings.max_len_b}")
     return _checked(server.facts.decode_config, beam_size, n_best, max_len_b)
+
+
+def _sampling(server, options) -> Sampling | None:
+    """The request's `Sampling`, or None; 422 for more samples than the largest beam."""
+    if options is None:
+        return None
+    limit = server.settings.max_beam
+    if options.samples > limit:
+        raise HTTPException(422, f"samples={options.samples} exceeds the limit {limit} (max_beam)")
+    return Sampling(**options.model_dump())
 
 
 def _checked_lengths(server, lines: list[str], kind: str = "sentence") -> int:

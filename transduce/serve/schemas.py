@@ -36,6 +36,19 @@ Sentence = Annotated[StrictStr, AfterValidator(_a_sentence)]
 Prefix = Annotated[StrictStr, AfterValidator(_unicode)]  # may be empty: no prefix
 
 
+class SamplingOptions(BaseModel):
+    """Outputs drawn from the model's distribution instead of beam search's best, as
+    `transduce translate --sampling` draws them: the same lines and seed, the same samples."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    samples: StrictInt = Field(1, ge=1, description="drawn per sentence, best score first")
+    top_k: StrictInt = Field(0, ge=0, description="among the k likeliest tokens only; 0: all")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="the nucleus: tokens of this mass")
+    temperature: float = Field(1.0, gt=0.0, description="below 1 sharper, above 1 flatter")
+    seed: StrictInt = Field(0, ge=0, lt=2**63)
+
+
 class TranslateRequest(BaseModel):
     """`text` (one sentence) or `texts` (several); unset options take the model's own."""
 
@@ -57,6 +70,9 @@ class TranslateRequest(BaseModel):
     prefixes: list[Prefix] | None = Field(
         None, description="with `texts`: one prefix each, '' for none"
     )
+    sampling: SamplingOptions | None = Field(
+        None, description="draw samples instead of searching (back-translation, diverse outputs)"
+    )
 
     @model_validator(mode="after")
     def _one_of_text_and_texts(self) -> TranslateRequest:
@@ -66,6 +82,11 @@ class TranslateRequest(BaseModel):
             raise ValueError("give `text` (one sentence) or `texts` (a list)")
         if self.prefix is not None and self.text is None:
             raise ValueError("`prefix` goes with `text`; with `texts`, give `prefixes`")
+        if self.sampling is not None and (self.beam_size is not None or self.n_best != 1):
+            raise ValueError("`beam_size` and `n_best` are beam search's; with `sampling`, "
+                             "`sampling.samples` counts the outputs")  # fmt: skip
+        if self.sampling is not None and self.alignments:
+            raise ValueError("`alignments` come with beam search's best: leave out `sampling`")
         if self.prefixes is not None:
             if self.texts is None:
                 raise ValueError("`prefixes` go with `texts`; with `text`, give `prefix`")
