@@ -329,3 +329,32 @@ def test_spaces_of_any_kind_split_words_and_an_empty_lines_prefix_is_not_read(tm
     assert tabbed.startswith("the dog ") or tabbed == "the dog"
     found = translator.translate(["", "the dog"], prefixes=["a \u2603", "gr"])
     assert found[0] == [("", 0.0)] and found[1][0][0].startswith("gr")
+
+
+def test_an_ensemble_and_the_channel_complete_the_prefix_too(tmp_path):
+    """An ensemble of two models of different shapes: every n-best output starts with the
+    prefix and scores as the ensemble's forced decoding; the channel re-ranks only candidates
+    that start with it."""
+    from transduce.config import DecodeConfig
+    from transduce.decoding.channel import channel_rerank
+
+    from .conftest import save_seeded_model, toy_vocab
+
+    vocab = toy_vocab(tmp_path)
+    decode = DecodeConfig(beam_size=3, n_best=3, max_len_b=5)
+    first = save_seeded_model(tmp_path / "a.pt", vocab, 1, decode=decode)
+    second = save_seeded_model(tmp_path / "b.pt", vocab, 2, n_layers=1, h=4, d_k=4, d_v=4)
+    ensemble = Translator.load([first, second])
+    lines, prefixes = ["the dog runs", "green grass"], ["children pl", "the "]
+    found = ensemble.hypotheses(lines, prefixes=prefixes)
+    for line, prefix, outputs in zip(lines, prefixes, found, strict=True):
+        assert len(outputs) == 3
+        pairs = [(vocab.encode([line])[0], h.tokens) for _, h in outputs]
+        scores = score_ids(ensemble.model, vocab, pairs, CPU)
+        for (text, hypothesis), score in zip(outputs, scores, strict=True):
+            assert text.startswith(prefix.rstrip())
+            assert hypothesis.log_prob == pytest.approx(score.log_prob, rel=1e-5)
+    reverse = Translator.load(first)
+    ranked = channel_rerank(ensemble, reverse, lines, 0.5, prefixes=prefixes)
+    for prefix, candidates in zip(prefixes, ranked, strict=True):
+        assert len(candidates) == 3 and all(t.startswith(prefix.rstrip()) for t, _ in candidates)
