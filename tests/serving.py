@@ -23,6 +23,16 @@ def toy_engine(folder: Path):
     return Engine.load(save_toy_model(folder, DECODE))
 
 
+def translated(url: str, body: dict) -> dict:
+    """`POST /v1/translate` with `body`: the answer's JSON, which must be a 200's."""
+    import httpx
+
+    with httpx.Client(base_url=url) as client:
+        answer = client.post("/v1/translate", json=body)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
 def sentences(n: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     return [" ".join(rng.choice(TOY_WORDS) for _ in range(rng.randint(1, 8))) for _ in range(n)]

@@ -18,7 +18,7 @@ from transduce.serve.engine import BadRequest, TranslateWork  # noqa: E402
 from transduce.serve.server import Background  # noqa: E402
 from transduce.serve.settings import ServeSettings  # noqa: E402
 
-from .serving import sentences, toy_engine  # noqa: E402
+from .serving import sentences, toy_engine, translated  # noqa: E402
 
 CPU = torch.device("cpu")
 LOOPBACK = ServeSettings(port=0, batch_wait_ms=50, max_sentence_tokens=30)
@@ -51,14 +51,8 @@ def test_merged_requests_get_what_offline_translation_gives(engine, served):
     gives them alone, every candidate starting with its prefix."""
     requests = [_request(i) for i in range(8)]
 
-    def post(body):
-        with httpx.Client(base_url=served) as client:
-            answer = client.post("/v1/translate", json=body)
-            assert answer.status_code == 200, answer.text
-            return answer.json()
-
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(post, requests))
+        answers = list(pool.map(lambda body: translated(served, body), requests))
     decode = replace(engine.translator.decode, n_best=2)
     for body, answer in zip(requests, answers, strict=True):
         texts = body.get("texts") or [body["text"]]

@@ -16,7 +16,7 @@ from transduce.decoding.sampling import Sampling  # noqa: E402
 from transduce.serve.server import Background  # noqa: E402
 from transduce.serve.settings import ServeSettings  # noqa: E402
 
-from .serving import sentences, toy_engine  # noqa: E402
+from .serving import sentences, toy_engine, translated  # noqa: E402
 
 LOOPBACK = ServeSettings(port=0, batch_wait_ms=50, max_beam=6)
 
@@ -32,13 +32,6 @@ def served(engine):
         yield url
 
 
-def _post(url: str, body: dict) -> dict:
-    with httpx.Client(base_url=url) as client:
-        answer = client.post("/v1/translate", json=body)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
-
-
 def _offline(engine, texts, sampling, prefixes=None):
     return engine.translator.translate(texts, sampling=sampling, prefixes=prefixes)
 
@@ -52,7 +45,7 @@ def test_samples_are_what_the_command_line_draws_whatever_else_is_served(engine,
     bodies = [{"texts": sentences(2, seed=i), "sampling": o} for i, o in enumerate(options)]
     bodies += [{"texts": sentences(3, seed=10 + i), "n_best": 2} for i in range(4)]
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda body: _post(served, body), bodies))
+        answers = list(pool.map(lambda body: translated(served, body), bodies))
     for body, answer in zip(bodies[:4], answers[:4], strict=True):
         sampling = Sampling(**body["sampling"])
         offline = _offline(engine, body["texts"], sampling)
@@ -70,15 +63,15 @@ def test_samples_are_what_the_command_line_draws_whatever_else_is_served(engine,
 
 def test_a_seed_draws_the_same_samples_again_and_another_seed_others(served):
     body = {"text": "the dog runs across the green grass", "sampling": {"samples": 4, "seed": 7}}
-    first, again = _post(served, body), _post(served, body)
+    first, again = translated(served, body), translated(served, body)
     assert first["translations"] == again["translations"]
-    other = _post(served, {**body, "sampling": {"samples": 4, "seed": 8}})
+    other = translated(served, {**body, "sampling": {"samples": 4, "seed": 8}})
     assert other["translations"] != first["translations"]
 
 
 def test_samples_start_with_the_prefix(engine, served):
     body = {"text": "the dog runs", "prefix": "green gr", "sampling": {"samples": 3, "seed": 1}}
-    answer = _post(served, body)
+    answer = translated(served, body)
     texts = [c["text"] for c in answer["translations"][0]["n_best"]]
     assert all(text.startswith("green gr") for text in texts)
     want = _offline(engine, ["the dog runs"], Sampling(samples=3, seed=1), ["green gr"])[0]
