@@ -121,3 +121,33 @@ def test_the_page_completes_a_typed_start_of_the_translation(browser, tmp_path):
         page.click("#go")
         page.wait_for_selector("#status.error >> text=one sentence")
     assert errors == []
+
+
+def test_typing_a_start_translates_and_tab_accepts_the_next_word(browser, tmp_path):
+    """Interactive translation on the page: typed letter by letter, the start's completion
+    appears without a click once typing pauses; Tab accepts the completion's next word, which
+    becomes the start (with a space), and the completion follows it."""
+    engine = toy_engine(tmp_path)
+    typed = "gr"
+    completion = engine.translator.translate([SENTENCE], prefixes=[typed])[0][0][0]
+    accepted = completion.split()[0] + " "
+    after = engine.translator.translate([SENTENCE], prefixes=[accepted])[0][0][0]
+    with Background(engine, ServeSettings(port=0)) as url:
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(url + "/")
+        page.fill("#text", SENTENCE)
+        page.type("#prefix", typed, delay=50)  # key by key, as a person types
+        page.wait_for_function(
+            "want => document.querySelector('#translations li .output')?.textContent === want",
+            arg=completion,
+        )
+        page.press("#prefix", "Tab")
+        assert page.input_value("#prefix") == accepted
+        page.wait_for_function(
+            "want => document.querySelector('#translations li .output')?.textContent === want",
+            arg=after,
+        )
+        assert page.evaluate("document.activeElement.id") == "prefix"  # Tab was taken
+    assert errors == [] and after.startswith(accepted.strip())
