@@ -19,7 +19,7 @@ from transduce.training import loop, validation
 from transduce.training.checkpoint import CheckpointStore, load, steps_to_average
 from transduce.training.loop import Trainer, TrainingError, train
 from transduce.training.loss import label_smoothed_loss
-from transduce.training.runlog import read_log
+from transduce.training.runlog import read_log, read_run_config
 from transduce.training.validation import dev_loss
 
 from .conftest import LEARNER_MODEL, prepared_reverse_task
@@ -185,12 +185,15 @@ def test_resume_with_a_different_model_is_refused(toy_data, tmp_path):
     with pytest.raises(TrainingError, match=r"different configuration \(model\.d_ff \d+ -> 128\)"):
         _trainer(toy_config(**{"model.d_ff": 128}), toy_data, tmp_path / "run", resume=True)
     # only when to stop may change: the schedule, say, may not
-    only_limits = r"only train\.max_steps, max_epochs and max_minutes may change"
+    only_limits = r"only train\.max_steps, max_epochs, max_minutes and threads may change"
     for change in ({"train.lr_scale": 2.0}, {"train.warmup_steps": 99}, {"data.max_tokens": 99}):
         with pytest.raises(TrainingError, match=only_limits):
             _trainer(toy_config(**change), toy_data, tmp_path / "run", resume=True)
-    longer = toy_config(**{"train.max_steps": 12, "train.max_epochs": 50, "train.max_minutes": 9})
+    threads = torch.get_num_threads()  # a change from 0 (the default) that leaves this process
+    longer = toy_config(**{"train.max_steps": 12, "train.max_epochs": 50, "train.max_minutes": 9,
+                           "train.threads": threads})  # fmt: skip
     _trainer(longer, toy_data, tmp_path / "run", resume=True)
+    assert read_run_config(tmp_path / "run")[1].train.threads == threads  # kept for the next
     with pytest.raises(TrainingError, match="already holds a run"):
         _trainer(toy_config(), toy_data, tmp_path / "run")
 

@@ -58,21 +58,25 @@ def claim_run_folder(run_dir: Path) -> FolderClaim:
         ) from error
 
 
+# What a resumed run may change: when to stop, and the CPU threads (speed alone: a run moved to
+# a machine with more cores). Anything else would change the run it continues.
+RESUMABLE = ("max_steps", "max_epochs", "max_minutes", "threads")
+
+
 def check_same_run(run_dir: Path, config: Config, resume: bool) -> None:
-    """On resume only when to stop may change; without resume the folder must hold no run."""
+    """On resume only `RESUMABLE` may change; without resume the folder must hold no run."""
     saved = run_dir / "config.json"
     if resume and saved.exists():
         raw, previous = read_run_config(run_dir)
         if "task" not in raw:  # written before runs recorded their task: the data's stands
             previous = replace(previous, task=config.task)
-        limits = ("max_steps", "max_epochs", "max_minutes")
-        same = replace(previous.train, **{k: getattr(config.train, k) for k in limits})
+        same = replace(previous.train, **{k: getattr(config.train, k) for k in RESUMABLE})
         previous = replace(previous, train=same)
         if previous != config:
             changes = setting_changes(previous, config)
             raise RunFolderError(
                 f"{saved}: --resume with a different configuration ({changes}); only "
-                "train.max_steps, max_epochs and max_minutes may change"
+                "train.max_steps, max_epochs, max_minutes and threads may change"
             )
     elif not resume and (run_dir / "checkpoints").exists():
         raise RunFolderError(f"{run_dir} already holds a run: pass --resume or a new --out")
