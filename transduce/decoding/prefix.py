@@ -93,9 +93,12 @@ class Prefix:
         return len(self.ids) + (len(self.rest) + 1 if self.rest else int(self.new_word))
 
 
-def parse_prefixes(vocab: Vocab, texts: Sequence[str]) -> list[Prefix]:
+def parse_prefixes(vocab: Vocab, texts: Sequence[str], task: str = "translation") -> list[Prefix]:
     """Each text as a `Prefix` over `vocab` ('': none); ValueError for one with characters the
-    vocabulary lacks, since no output could start with it."""
+    vocabulary lacks, since no output could start with it, and for a model of another `task`
+    (a parser's outputs are linearised trees, not text to start)."""
+    if task != "translation":
+        raise ValueError(f"a prefix is for translation, not for a {task} model")
     table, prefixes = PieceTable.of(vocab), []
     for number, text in enumerate(texts, start=1):
         if lacking := vocab.lacking(c for c in text if not c.isspace()):  # spaces split words
@@ -134,7 +137,7 @@ class PrefixConstraint:
         self.spelling_any = any(self.spelling)
         self.forced = [len(prefix.ids) for prefix in prefixes]
         self.table = next((p.table for p in prefixes if p.table is not None), None)
-        if self.table is None and any(self.spelling):
+        if self.table is None and self.spelling_any:
             raise ValueError("a prefix with an unfinished word needs its vocabulary's table")
 
     def restrict(self, log_probs: Tensor, room: Tensor) -> None:

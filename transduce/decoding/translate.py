@@ -255,10 +255,8 @@ class Translator:
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one a line "
                              "('' for none)")  # fmt: skip
         prefixes = [p if line.strip() else "" for p, line in zip(prefixes, lines, strict=True)]
-        if self.task.config.name != "translation":
-            raise ValueError(f"a prefix is for translation, not for a {self.task.config.name} "
-                             "model")  # fmt: skip
-        parsed, limit = parse_prefixes(self.vocab, prefixes), self.model.max_positions
+        parsed = parse_prefixes(self.vocab, prefixes, self.task.config.name)
+        limit = self.model.max_positions
         for line, prefix in enumerate(parsed, start=1):
             if limit is not None and prefix.most_tokens + 1 > limit:
                 raise ValueError(f"prefix line {line}: up to {prefix.most_tokens + 1} subwords "

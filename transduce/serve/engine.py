@@ -34,7 +34,7 @@ class TranslateWork:
     lines: list[str]
     decode: DecodeConfig  # the key: requests with equal settings are decoded together
     alignments: bool
-    prefixes: list[str] | None = None  # one a line, checked (`ModelFacts.check_prefixes`)
+    prefixes: list[str] | None = None  # one a line, checked (`ModelFacts.prefix_lengths`)
     sampling: Sampling | None = None  # such work comes alone: its seed draws its samples
 
 
@@ -73,10 +73,9 @@ class ModelFacts:
         checked against the limits; BadRequest for a prefix no output can start with (a
         parser's, or one with characters the vocabulary lacks). Both before the request is
         merged with others, whose decoding a failure would fail too."""
-        if self.task != "translation":
-            raise BadRequest(f"a prefix is for translation, not for a {self.task} model")
         try:
-            return [prefix.most_tokens + 1 for prefix in parse_prefixes(self.vocab, prefixes)]
+            parsed = parse_prefixes(self.vocab, prefixes, self.task)
+            return [prefix.most_tokens + 1 for prefix in parsed]
         except ValueError as error:
             raise BadRequest(str(error)) from error
 

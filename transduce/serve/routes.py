@@ -97,7 +97,8 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
         _checked(server.facts.check_attention)
     prefixes = body.prefix_lines
     if prefixes is not None:  # one no output can start with: 422; one too long: 413
-        _within_limit(server, _checked(server.facts.prefix_lengths, prefixes), "prefix")
+        counts = _checked(server.facts.prefix_lengths, prefixes)
+        _within_limit(server, counts, "prefix", "may take")  # an unfinished word: a piece a letter
     work = TranslateWork(lines, decode, body.alignments, prefixes, sampling)
     run = server.engine.translate
     # Sampled work is never merged with other requests: its seed draws what `transduce translate
@@ -197,12 +198,11 @@ def _checked_lengths(server, lines: list[str], kind: str = "sentence") -> int:
     return sum(counts)
 
 
-def _within_limit(server, counts: list[int], kind: str) -> None:
+def _within_limit(server, counts: list[int], kind: str, has: str = "has") -> None:
     """413 for a count of subwords over the server's limit or the model's positions."""
     limit = server.settings.max_sentence_tokens
     if server.facts.max_positions is not None:
         limit = min(limit, server.facts.max_positions)
-    has = "may take" if kind == "prefix" else "has"  # an unfinished word: a piece a letter
     for number, count in enumerate(counts, start=1):
         if count > limit:
             where = f"{kind} {number} of {len(counts)}" if len(counts) > 1 else f"the {kind}"

@@ -75,7 +75,9 @@ class TranslateRequest(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _one_of_text_and_texts(self) -> TranslateRequest:
+    def _consistent(self) -> TranslateRequest:
+        """One of `text` and `texts`, the prefixes that go with it, sampling without the beam's
+        options."""
         if self.text is not None and self.texts is not None:
             raise ValueError("give either `text` (one sentence) or `texts` (a list), not both")
         if self.text is None and self.texts is None:
