@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .common import add_model_and_search_arguments, check_writable, input_lines
@@ -36,6 +36,13 @@ def _add_translate(verbs) -> None:
         help="a file of output starts, one a line of the input ('' for none): each output "
         "begins with its line's, the model's best completion of it (interactive translation; "
         "the last word may be unfinished, a final space asks for a new word)",
+    )
+    p.add_argument(
+        "--terms",
+        type=Path,
+        help="a file of terms, one line a line of the input: phrases separated by tabs ('' for "
+        "none), each of which its output must hold, e.g. a glossary's translations (lexically "
+        "constrained beam search; a wider --beam places them better)",
     )
     p.add_argument(
         "--buffer-size",
@@ -132,6 +139,8 @@ def _translate(args) -> None:
         raise ValueError("--alignments come with beam search's best; leave out --sampling")
     if aligned and (args.n_best or 1) != 1:
         raise ValueError("--alignments gives the best translation only; leave out --n-best")
+    if args.terms and sampling:
+        raise ValueError("--terms need beam search: leave out --sampling")
     if args.buffer_size is not None and args.buffer_size < 1:
         raise ValueError(f"--buffer-size {args.buffer_size}: translate at least 1 line at a time")
     # A bad model fails here, before any input is read.
@@ -145,22 +154,22 @@ def _translate(args) -> None:
         "batch_size": args.batch_size,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
-    prefixes = _prefix_lines(args.prefix)
-    groups = _groups(args, prefixes)
+    side_files = _side_files(args)
+    groups = _groups(args, side_files)
     output, links, done = _Sink(args.output), _Sink(args.alignments_out), 0
     try:
         for lines in groups:
-            starts = _prefixes_of(prefixes, done, len(lines), args.prefix)
+            guides = {name: file.of_group(done, len(lines)) for name, file in side_files.items()}
             drawn = sampling and _group_sampling(sampling, done)
             if aligned:
-                text, pairs = _aligned(translator, lines, decode, args, starts)
+                text, pairs = _aligned(translator, lines, decode, args, guides)
                 links.write(pairs)  # nothing without --alignments-out
             else:
-                text = _translated(translator, reverse, lines, decode, drawn, starts, args, done)
+                text = _translated(translator, reverse, lines, decode, drawn, guides, args, done)
             output.write(text)
             done += len(lines)
-        if prefixes is not None and len(prefixes) != done:
-            raise ValueError(_count_mismatch(args.prefix, len(prefixes), done))
+        for file in side_files.values():
+            file.check(done)
         output.finish()
         links.finish()
     finally:
@@ -168,16 +177,17 @@ def _translate(args) -> None:
         links.close()
 
 
-def _translated(translator, reverse, lines, decode, sampling, prefixes, args, first: int) -> str:
-    """One group's translations as `translate` prints them; `first` numbers its lines."""
+def _translated(translator, reverse, lines, decode, sampling, guides, args, first: int) -> str:
+    """One group's translations as `translate` prints them; `first` numbers its lines;
+    `guides`: its lines' prefixes and terms, those given."""
     if reverse:
         from ..decoding.channel import DEFAULT_WEIGHT, channel_rerank
 
         weight = DEFAULT_WEIGHT if args.channel_weight is None else args.channel_weight
-        ranked = channel_rerank(translator, reverse, lines, weight, decode, prefixes)
+        ranked = channel_rerank(translator, reverse, lines, weight, decode, **guides)
         results = [hyps[: decode.n_best] for hyps in ranked]
     else:
-        results = translator.translate(lines, decode, sampling, prefixes)
+        results = translator.translate(lines, decode, sampling, **guides)
     if (args.n_best or 1) == 1:
         return "".join(hyps[0][0] + "\n" for hyps in results)
     return "".join(
@@ -185,12 +195,12 @@ def _translated(translator, reverse, lines, decode, sampling, prefixes, args, fi
     )
 
 
-def _aligned(translator, lines: list[str], decode, args, prefixes) -> tuple[str, str]:
+def _aligned(translator, lines: list[str], decode, args, guides) -> tuple[str, str]:
     """Translations with their links, or, with --alignments-out, the translations and the links
     apart."""
     from ..viz.alignment import pharaoh, translate_with_alignments
 
-    results = translate_with_alignments(translator, lines, args.alignment_layer, decode, prefixes)
+    results = translate_with_alignments(translator, lines, args.alignment_layer, decode, **guides)
     if args.alignments_out:
         links = "".join(pharaoh(pairs) + "\n" for _, pairs in results)
         return "".join(text + "\n" for text, _ in results), links
@@ -207,16 +217,17 @@ def _buffer_size(args) -> int | None:
     return None
 
 
-def _groups(args, prefixes: list[str] | None) -> Iterator[list[str]]:
+def _groups(args, side_files: dict[str, _PerLine]) -> Iterator[list[str]]:
     """The input's lines, --buffer-size at a time (`_buffer_size`). A file, or standard input
-    to be read whole, is read at once and its count of prefixes checked before anything is
-    decoded; otherwise standard input is read as the lines come (`_stdin_groups`)."""
+    to be read whole, is read at once and the line counts of --prefix and --terms checked
+    before anything is decoded; otherwise standard input is read as the lines come
+    (`_stdin_groups`)."""
     size = _buffer_size(args)
     if args.input is None and size is not None:
         return _stdin_groups(size)
     lines = input_lines(args.input)
-    if prefixes is not None and len(prefixes) != len(lines):
-        raise ValueError(_count_mismatch(args.prefix, len(prefixes), len(lines)))
+    for file in side_files.values():
+        file.check(len(lines))
     step = size or max(len(lines), 1)
     return iter([lines[start : start + step] for start in range(0, len(lines), step)])
 
@@ -243,23 +254,43 @@ def _decoded(raw: bytes, number: int) -> str:
         raise DataError(f"<stdin> line {number}: invalid UTF-8") from error
 
 
-def _prefix_lines(path: Path | None) -> list[str] | None:
-    """--prefix's lines, a carriage return at the end of each dropped (a file written on
-    Windows): a final space asks for a new word, a final CR is no such request."""
-    if path is None:
-        return None
+@dataclass
+class _PerLine:
+    """A file with an entry for each line of the input: --prefix's starts, --terms' phrases."""
+
+    flag: str
+    path: Path
+    entries: list
+
+    def of_group(self, done: int, lines: int) -> list:
+        """The entries of the group of `lines` input lines after the first `done`: one each."""
+        if len(self.entries) < done + lines:
+            raise ValueError(self._mismatch(f"{done + lines} or more"))
+        return self.entries[done : done + lines]
+
+    def check(self, lines: int) -> None:
+        if len(self.entries) != lines:
+            raise ValueError(self._mismatch(lines))
+
+    def _mismatch(self, lines) -> str:
+        return (f"{self.flag} {self.path} has {len(self.entries)} lines, the input {lines}: "
+                "give one a line ('' for none)")  # fmt: skip
+
+
+def _side_files(args) -> dict[str, _PerLine]:
+    """--prefix and --terms, those given, by the name `Translator.translate` gives them. A
+    carriage return at the end of a line is dropped (a file written on Windows): a prefix's
+    final space asks for a new word, a final CR is no such request."""
     from ..data.corpus import read_lines
 
-    return [line.removesuffix("\r") for line in read_lines(path)]
-
-
-def _prefixes_of(prefixes, done: int, lines: int, path) -> list[str] | None:
-    """--prefix's lines for the group of `lines` input lines after the first `done`: one each."""
-    if prefixes is None:
-        return None
-    if len(prefixes) < done + lines:
-        raise ValueError(_count_mismatch(path, len(prefixes), f"{done + lines} or more"))
-    return prefixes[done : done + lines]
+    files = {}
+    for name, flag, path in [("prefixes", "--prefix", args.prefix),
+                             ("terms", "--terms", args.terms)]:  # fmt: skip
+        if path is not None:
+            lines = [line.removesuffix("\r") for line in read_lines(path)]
+            entries = lines if name == "prefixes" else [line.split("\t") for line in lines]
+            files[name] = _PerLine(flag, path, entries)
+    return files
 
 
 def _group_sampling(sampling, first: int):
@@ -273,10 +304,6 @@ def _group_sampling(sampling, first: int):
 
     state = np.random.SeedSequence([sampling.seed, first]).generate_state(1, np.uint64)[0]
     return replace(sampling, seed=int(state >> 1))  # within torch's signed 64-bit seeds
-
-
-def _count_mismatch(path, prefixes: int, lines) -> str:
-    return f"--prefix {path} has {prefixes} lines, the input {lines}: give one a line ('' for none)"
 
 
 class _Sink:

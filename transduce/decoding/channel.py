@@ -29,11 +29,12 @@ def channel_rerank(
     weight: float = DEFAULT_WEIGHT,
     decode: DecodeConfig | None = None,
     prefixes: list[str] | None = None,
+    terms: list[list[str]] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Each line's beam candidates (all `beam_size` of them; each starting with the line's
-    prefix, if given), best first by score + weight * log P(line | candidate), with that sum as
-    their score; an empty line gives [('', 0.0)]."""
-    return rerank(scored_candidates(forward, reverse, lines, decode, prefixes), weight)
+    prefix and holding its terms, if given), best first by score + weight * log P(line |
+    candidate), with that sum as their score; an empty line gives [('', 0.0)]."""
+    return rerank(scored_candidates(forward, reverse, lines, decode, prefixes, terms), weight)
 
 
 def scored_candidates(
@@ -42,11 +43,13 @@ def scored_candidates(
     lines: list[str],
     decode: DecodeConfig | None = None,
     prefixes: list[str] | None = None,
+    terms: list[list[str]] | None = None,
 ) -> list[list[tuple[str, float, float]]]:
     """Each line's beam candidates as (text, beam score, log P(line | text)); an empty line has
     none. Decoded and scored once, to be re-ranked at any weight (`rerank`)."""
     decode = decode or forward.decode
-    found = forward.translate(lines, replace(decode, n_best=decode.beam_size), prefixes=prefixes)
+    every = replace(decode, n_best=decode.beam_size)
+    found = forward.translate(lines, every, prefixes=prefixes, terms=terms)
     todo = [i for i, line in enumerate(lines) if line.strip()]
     candidates = [text for i in todo for text, _ in found[i]]
     explained = [lines[i] for i in todo for _ in found[i]]

@@ -136,6 +136,7 @@ class PrefixConstraint:
         ]
         self.spelling_any = any(self.spelling)
         self.forced = [len(prefix.ids) for prefix in prefixes]
+        self.most_tokens = torch.tensor([p.most_tokens for p in prefixes], device=device)
         self.table = next((p.table for p in prefixes if p.table is not None), None)
         if self.table is None and self.spelling_any:
             raise ValueError("a prefix with an unfinished word needs its vocabulary's table")

@@ -16,6 +16,7 @@ from torch import Tensor
 from ..models.contract import Cache, Seq2Seq
 from .constraints import Constraint
 from .prefix import Prefix, with_prefixes
+from .terms import with_terms
 
 
 @dataclass
@@ -138,6 +139,7 @@ def beam_search(
     max_len: int | None = None,
     constraint: Constraint | None = None,
     prefixes: Sequence[Prefix | Sequence[int]] | None = None,
+    terms: Sequence[Sequence[Sequence[int]]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; src (B, S) -> for each sentence its n_best hypotheses, best first.
 
@@ -146,11 +148,15 @@ def beam_search(
     with the length penalty; the k best others go on. A sentence stops when it has k ended
     hypotheses or reaches its length limit, and leaves the batch. `constraint` (a row per
     sentence to start) masks what it rules out and follows the hypotheses; `prefixes` (ids, a
-    list per sentence) start the outputs (`decoding/prefix.py`)."""
+    list per sentence) start the outputs (`decoding/prefix.py`); `terms` (phrases of token
+    ids, a list per sentence) must each appear in them (`decoding/terms.py`): then the beam is
+    filled bank by bank, and the n best put those holding every phrase first."""
     check_searchable(model, beam_size, n_best, alpha)
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     constraint, limit = with_prefixes(prefixes, constraint, limit)
+    floor = getattr(constraint, "most_tokens", None)  # a prefix's tokens, then the terms'
+    constraint, term_state, limit = with_terms(terms, constraint, limit, eos, floor)
     # The first step has one hypothesis per sentence (BOS), so it runs one row per sentence;
     # from then on each sentence has `width` rows, k once there are k candidates to keep.
     cache = model.init_cache(model.encode(src), 1)
@@ -164,11 +170,16 @@ def beam_search(
         log_probs = next_token_log_probs(
             model, history[:, -1:], cache, room, (bos, eos, pad), constraint
         )
-        top_scores, top_row, top_token = _best_extensions(scores, log_probs, 2 * k)
+        top = _best_extensions(scores, log_probs, 2 * k)
+        if term_state is not None:  # in the order the banks take them, not by score alone
+            top = term_state.allocate(scores, log_probs, top)
+        top_scores, top_row, top_token = top
         is_eos = top_token == eos
         _collect_ended(ended, sentences, history, top_scores, top_row, is_eos, width, k, alpha)
         live = top_scores.masked_fill(is_eos, float("-inf"))
-        live_scores, order = live.topk(min(k, live.size(1)), dim=1)
+        # The first k live candidates in that order (by score, the k best).
+        order = (live == float("-inf")).int().sort(dim=1, stable=True).indices[:, :k]
+        live_scores = live.gather(1, order)
         next_row, next_token = top_row.gather(1, order), top_token.gather(1, order)
         finished = torch.tensor([len(ended[s]) >= k for s in sentences.tolist()], device=device)
         finished |= live_scores[:, 0] == float("-inf")  # none left, as at the length limit
@@ -182,7 +193,10 @@ def beam_search(
             constraint.reorder(rows)
             constraint.advance(history[:, -1])
         scores, sentences = live_scores[keep], sentences[keep]
-    return [sorted(h, key=lambda hyp: -hyp.score)[:n_best] for h in ended]
+    if term_state is None:
+        return [sorted(h, key=lambda hyp: -hyp.score)[:n_best] for h in ended]
+    return [sorted(h, key=lambda hyp: (term_state.missing(s, hyp.tokens), -hyp.score))[:n_best]
+            for s, h in enumerate(ended)]  # fmt: skip
 
 
 def _best_extensions(scores: Tensor, log_probs: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:

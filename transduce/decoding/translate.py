@@ -26,6 +26,7 @@ from .forced import TargetScore, score_ids
 from .prefix import Prefix, parse_prefixes
 from .sampling import Sampling, sample
 from .search import Hypothesis, beam_search
+from .terms import Terms, parse_terms
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +42,15 @@ def decode_ids(
     int8_weights: Int8Weights | None = None,
     sampling: Sampling | None = None,
     prefixes: list[Prefix] | None = None,
+    terms: list[Terms] | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over id sequences (without EOS), batched by length; results in input order.
     `packed_weights`: a store that keeps the weights packed for oneDNN between calls.
     `int8_weights`: given, the large products run in int8 (`models/int8.py`), their weights
     quantized into this store. `sampling`: given, samples instead of the beam's n best
     (`decoding/sampling.py`), drawn from one random stream over all the batches. `prefixes`:
-    each source's start of the output (possibly none), forced (`decoding/prefix.py`)."""
+    each source's start of the output (possibly none), forced (`decoding/prefix.py`). `terms`:
+    each source's phrases (possibly none) its outputs must hold (`decoding/terms.py`)."""
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
@@ -57,9 +60,10 @@ def decode_ids(
         for start in range(0, len(order), decode.batch_size):
             chunk = order[start : start + decode.batch_size]
             forced = None if prefixes is None else [prefixes[i] for i in chunk]
+            held = None if terms is None else [terms[i] for i in chunk]
             found = _decode_batch(
                 model, vocab, [sources[i] for i in chunk], decode, device, sampling, generator,
-                forced if forced and any(forced) else None,
+                forced if forced and any(forced) else None, held if held and any(held) else None,
             )  # fmt: skip
             for i, hyps in zip(chunk, found, strict=True):
                 results[i] = hyps
@@ -75,6 +79,7 @@ def _decode_batch(
     sampling: Sampling | None,
     generator: torch.Generator | None,
     prefixes: list[Prefix] | None,
+    terms: list[Terms] | None = None,
 ) -> list[list[Hypothesis]]:
     """One batch of sentences: the beam's n best of each, or its samples."""
     src = collate([(ids, []) for ids in sources], vocab.pad, vocab.bos, vocab.eos).src.to(device)
@@ -87,6 +92,8 @@ def _decode_batch(
         "prefixes": prefixes,
     }
     if sampling is not None:
+        if terms is not None:
+            raise ValueError("sampling draws from the model alone: terms need beam search")
         return sample(model, src, sampling, generator=generator, **specials, **limits)
     constraint = TreeConstraint(vocab, sources, device) if decode.constrained else None
     return beam_search(
@@ -95,6 +102,7 @@ def _decode_batch(
         beam_size=decode.beam_size,
         n_best=decode.n_best,
         constraint=constraint,
+        terms=terms,
         **specials,
         **limits,
     )
@@ -169,6 +177,7 @@ class Translator:
         decode: DecodeConfig | None = None,
         sampling: Sampling | None = None,
         prefixes: Sequence[str] | None = None,
+        terms: Sequence[Sequence[str]] | None = None,
     ) -> list[list[tuple[str, float]]]:
         """For each line its n-best (text, score) pairs; an empty line translates to ''.
 
@@ -177,9 +186,11 @@ class Translator:
         `decode`, the length limits and the length penalty of the scores apply. `prefixes`: one
         per line ('' for none), the text every output of it must start with, its last word
         perhaps unfinished, completed by the search (`decoding/prefix.py`); the texts include it,
-        the scores count its tokens.
+        the scores count its tokens. `terms`: one list of phrases per line ([] for none), each
+        of which every output of it must hold, a glossary's translation say (lexically
+        constrained decoding, `decoding/terms.py`; beam search only).
         """
-        found = self.hypotheses(lines, decode, sampling, prefixes)
+        found = self.hypotheses(lines, decode, sampling, prefixes, terms)
         return [[(text, h.score) for text, h in hyps] for hyps in found]
 
     def hypotheses(
@@ -188,6 +199,7 @@ class Translator:
         decode: DecodeConfig | None = None,
         sampling: Sampling | None = None,
         prefixes: Sequence[str] | None = None,
+        terms: Sequence[Sequence[str]] | None = None,
     ) -> list[list[tuple[str, Hypothesis]]]:
         """`translate` with each text's hypothesis (its token ids and scores); an empty line
         gives [('', Hypothesis([], 0.0, 0.0))]."""
@@ -201,10 +213,13 @@ class Translator:
                              "(data from `prepare ptb --no-tags`)")  # fmt: skip
         if decode.constrained and sampling:
             raise ValueError("sampling draws from the model alone: leave out constrained search")
+        if terms is not None and sampling:
+            raise ValueError("sampling draws from the model alone: terms need beam search")
         sources = self.vocab.encode([line.strip() for line in lines])
         self._check_lengths(sources)
         todo = [i for i, line in enumerate(lines) if line.strip()]
-        forced = self._prefixes(prefixes, lines)
+        forced, held = self._prefixes(prefixes, lines), self._terms(terms, lines)
+        self._check_guided_lengths(forced, held)
         hypotheses = decode_ids(
             self.model,
             self.vocab,
@@ -215,6 +230,7 @@ class Translator:
             self.int8_weights,
             sampling,
             None if forced is None else [forced[i] for i in todo],
+            None if held is None else [held[i] for i in todo],
         )
         # Every hypothesis of every line through the task's post-processing at once.
         owners = [(i, h) for i, hyps in zip(todo, hypotheses, strict=True) for h in hyps]
@@ -246,8 +262,8 @@ class Translator:
         return score_ids(self.model, self.vocab, pairs, self.device, max_tokens)
 
     def _prefixes(self, prefixes: Sequence[str] | None, lines: list[str]) -> list[Prefix] | None:
-        """Each line's prefix parsed, checked: one a line, within the model's positions (an
-        empty line's is not read: it translates to '')."""
+        """Each line's prefix parsed, checked: one a line (an empty line's is not read: it
+        translates to '')."""
         if prefixes is None:
             return None
         prefixes = sentence_list(prefixes, "prefixes")
@@ -255,13 +271,29 @@ class Translator:
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one a line "
                              "('' for none)")  # fmt: skip
         prefixes = [p if line.strip() else "" for p, line in zip(prefixes, lines, strict=True)]
-        parsed = parse_prefixes(self.vocab, prefixes, self.task.config.name)
-        limit = self.model.max_positions
-        for line, prefix in enumerate(parsed, start=1):
-            if limit is not None and prefix.most_tokens + 1 > limit:
-                raise ValueError(f"prefix line {line}: up to {prefix.most_tokens + 1} subwords "
-                                 f"exceed the model's max_positions={limit}")  # fmt: skip
-        return parsed
+        return parse_prefixes(self.vocab, prefixes, self.task.config.name)
+
+    def _terms(self, terms: Sequence[Sequence[str]] | None, lines: list[str]) -> list[Terms] | None:
+        """Each line's terms parsed, checked: a list a line (an empty line's are not read)."""
+        if terms is None:
+            return None
+        if isinstance(terms, str) or len(terms) != len(lines):
+            count = "a string" if isinstance(terms, str) else f"{len(terms)} term lists"
+            raise ValueError(f"{count} for {len(lines)} lines: give a list of phrases a line "
+                             "([] for none)")  # fmt: skip
+        terms = [t if line.strip() else [] for t, line in zip(terms, lines, strict=True)]
+        return parse_terms(self.vocab, terms, self.task.config.name)
+
+    def _check_guided_lengths(self, prefixes: list[Prefix] | None, terms: list[Terms] | None):
+        """A prefix and terms must fit the model's positions, with an EOS."""
+        limit, lines = self.model.max_positions, len(prefixes or terms or [])
+        for line in range(lines if limit is not None else 0):
+            prefix = 0 if prefixes is None else prefixes[line].most_tokens
+            held = 0 if terms is None else terms[line].tokens
+            if prefix + held + 1 > limit:
+                what = " and ".join(name for name, n in (("prefix", prefix), ("terms", held)) if n)
+                raise ValueError(f"line {line + 1}: its {what} may take {prefix + held + 1} "
+                                 f"subwords, past the model's max_positions={limit}")  # fmt: skip
 
     def _check_lengths(self, sequences: list[list[int]], side: str = "input") -> None:
         limit = self.model.max_positions

@@ -1,0 +1,265 @@
+"""Terms (`decoding/terms.py`, `translate --terms`): every output holds each of its line's
+phrases, placed by the beam where the model likes it best, scored as forced decoding scores
+the whole output."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+from transduce.cli import main
+from transduce.config import TaskConfig
+from transduce.decoding.forced import score_ids
+from transduce.decoding.sampling import Sampling
+from transduce.decoding.search import beam_search, length_penalty
+from transduce.decoding.terms import MAX_TERMS, TermConstraint, Terms, contains
+from transduce.decoding.translate import Translator
+
+from .conftest import (
+    BOS,
+    EOS,
+    PAD,
+    save_toy_model,
+    tiny_model,
+    tiny_rnn,
+    toy_translator,
+    write_lines,
+)
+
+SPECIALS = {"bos": BOS, "eos": EOS, "pad": PAD}
+CPU = torch.device("cpu")
+
+
+class _Ids:
+    pad, bos, eos, unk = PAD, BOS, EOS, 1
+
+
+def _sources() -> tuple[torch.Tensor, list[list[list[int]]]]:
+    """Four sentences of different lengths, padded, and terms each: two phrases, none, one of
+    three tokens (a repeated token: progress that must not restart from nothing), one."""
+    rows = [[4, 7, 9, 5], [6, 6, 11], [8, 5], [10, 4, 4, 7, 9]]
+    src = torch.full((len(rows), 6), PAD)
+    for i, row in enumerate(rows):
+        src[i, : len(row) + 1] = torch.tensor([*row, EOS])
+    return src, [[[7, 9], [10]], [], [[5, 5, 6]], [[11]]]
+
+
+def _source_ids(src) -> list[list[int]]:
+    return [[int(t) for t in row if t not in (PAD, EOS)] for row in src]
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_every_output_holds_its_phrases_and_scores_as_forced_decoding(family, beam):
+    """The best of each sentence holds every phrase of its own, even with a length limit too
+    short for them (raised to fit them), and so do the n best, but for those ended by the
+    length limit, which come last; every log-probability is the model's of the whole output."""
+    model = tiny_model(seed=3) if family == "transformer" else tiny_rnn(seed=3)
+    src, terms = _sources()
+    found = beam_search(model, src, **SPECIALS, beam_size=beam, n_best=beam, max_len_b=1,
+                        terms=terms)  # fmt: skip
+    for source, phrases, hyps in zip(_source_ids(src), terms, found, strict=True):
+        limit = max(len(source) + 1, sum(map(len, phrases)) + 1)  # tokens, EOS included
+        held = [all(contains(h.tokens, phrase) for phrase in phrases) for h in hyps]
+        assert held[0] and held == sorted(held, reverse=True), (phrases, hyps)
+        assert all(len(h.tokens) + 1 == limit for h, ok in zip(hyps, held, strict=True) if not ok)
+        scores = score_ids(model, _Ids(), [(source, h.tokens) for h in hyps], CPU)
+        assert [h.log_prob for h in hyps] == pytest.approx([s.log_prob for s in scores])
+
+
+def test_a_wide_beam_finds_the_exhaustive_best_output_holding_the_phrase():
+    """Over three writable tokens and outputs of at most four: every output that holds [5, 4]
+    ends in the n best once, ahead of those that do not (ended only by the length limit, none
+    shorter: no EOS before the phrase), scored as teacher forcing scores it, and the best is
+    the exhaustive best."""
+    model, source, phrase = tiny_model(5, vocab_size=6), [4, 5], [5, 4]
+    src = torch.tensor([[*source, EOS]])
+    outputs = [list(t) for n in range(5) for t in itertools.product([1, 4, 5], repeat=n)]
+    holding = [t for t in outputs if contains(t, phrase)]
+    teacher = {tuple(t): s.log_prob
+               for t, s in zip(outputs, score_ids(model, _Ids(), [(source, t) for t in outputs],
+                                                  CPU), strict=True)}  # fmt: skip
+
+    def score(tokens):
+        return teacher[tuple(tokens)] / length_penalty(len(tokens) + 1, 0.6)
+
+    found = beam_search(model, src, **SPECIALS, beam_size=300, n_best=300, alpha=0.6,
+                        max_len_a=0, max_len_b=5, terms=[[phrase]])[0]  # fmt: skip
+    met = [h for h in found if contains(h.tokens, phrase)]
+    assert sorted(h.tokens for h in met) == sorted(holding)
+    assert found[: len(met)] == met  # those holding it first
+    assert all(len(h.tokens) == 4 for h in found[len(met) :])
+    assert found[0].tokens == max(holding, key=score)
+    for hypothesis in found:
+        assert hypothesis.log_prob == pytest.approx(teacher[tuple(hypothesis.tokens)])
+        assert hypothesis.score == pytest.approx(score(hypothesis.tokens))
+
+
+def test_a_batch_decodes_as_each_sentence_alone_with_its_terms():
+    """Sentences with two phrases, none, and others in one batch: rows leave it and are
+    reordered; each sentence gets what it gets alone (one without terms: the plain beam)."""
+    model = tiny_model(seed=4)
+    src, terms = _sources()
+    together = beam_search(model, src, **SPECIALS, beam_size=3, n_best=3, max_len_b=4,
+                           terms=terms)  # fmt: skip
+    for i, phrases in enumerate(terms):
+        alone_src = src[i : i + 1, : int((src[i] != PAD).sum())]
+        alone = beam_search(model, alone_src, **SPECIALS, beam_size=3, n_best=3, max_len_b=4,
+                            terms=[phrases])[0]  # fmt: skip
+        assert [h.tokens for h in together[i]] == [h.tokens for h in alone]
+        assert [h.score for h in together[i]] == pytest.approx([h.score for h in alone])
+
+
+def test_no_terms_and_empty_lists_change_nothing():
+    model = tiny_model(seed=6)
+    src, _ = _sources()
+    plain = beam_search(model, src, **SPECIALS, beam_size=3, n_best=3, max_len_b=4)
+    for terms in (None, [[] for _ in range(len(src))], [[[]] for _ in range(len(src))]):
+        assert beam_search(model, src, **SPECIALS, beam_size=3, n_best=3, max_len_b=4,
+                           terms=terms) == plain  # fmt: skip
+
+
+def test_the_beam_keeps_a_hypothesis_that_met_a_term_beside_likelier_ones():
+    """Beam 2 and a term the model finds unlikely: the plain beam never writes it, the banks
+    keep a hypothesis holding it, and the likeliest output holding it is what the widest beam
+    (every candidate kept) finds, not merely the term pasted at the end."""
+    model = tiny_model(seed=8)
+    src, _ = _sources()
+    src = src[:1, :5]
+    plain = beam_search(model, src, **SPECIALS, beam_size=2, max_len_b=3)[0][0].tokens
+    rare = min(range(4, 12), key=lambda t: sum(t == x for x in plain))
+    found = beam_search(model, src, **SPECIALS, beam_size=2, max_len_b=3, terms=[[[rare]]])
+    assert rare in found[0][0].tokens and rare not in plain
+
+
+def _brute_progress(tokens: list[int], phrase: list[int]) -> int:
+    """How much of `phrase` the end of `tokens` matches (all of it once it has occurred)."""
+    for end in range(len(tokens) + 1):
+        if contains(tokens[:end], phrase):
+            return len(phrase)
+    return max(q for q in range(len(phrase)) if q == 0 or tokens[len(tokens) - q :] == phrase[:q])
+
+
+def test_progress_through_a_phrase_is_the_longest_start_of_it_that_ends_the_output():
+    """After a mismatch a phrase's progress falls back to the longest start of it the output
+    ends with ("a a b" after "a a a" is still at "a a"), never to nothing; met stays met."""
+    rng = random.Random(0)
+    for _ in range(200):
+        phrases = [[rng.choice([4, 5, 6]) for _ in range(rng.randint(1, 4))] for _ in range(2)]
+        state = TermConstraint([Terms(tuple(map(tuple, phrases)), (False, False))], EOS, CPU)
+        tokens: list[int] = []
+        for _ in range(10):
+            tokens.append(rng.choice([4, 5, 6, 7]))
+            state.advance(torch.tensor([tokens[-1]]))
+            expected = [_brute_progress(tokens, phrase) for phrase in phrases]
+            assert state.progress[0].tolist() == expected, (phrases, tokens)
+
+
+def test_candidates_are_taken_a_bank_at_a_time_the_most_advanced_first():
+    """Three rows of one sentence, one phrase [5, 6]: a candidate's bank is the phrase tokens
+    it has met (0, 1 or 2); the order takes each bank's best, most advanced first, then each
+    bank's second; repeats of a (row, token) and impossible candidates come last."""
+    state = TermConstraint([Terms(((5, 6),), (False,))], EOS, CPU)
+    state.reorder(torch.tensor([0, 0, 0]))
+    state.advance(torch.tensor([5, 4, 4]))  # row 0 has begun the phrase
+    scores = torch.tensor([[-1.0, -2.0, -3.0]])
+    log_probs = torch.full((3, 8), -10.0)
+    log_probs[:, 4] = -0.1  # each row's own best
+    best = (torch.tensor([[-1.1, -2.1, -3.1, -1.1]]), torch.tensor([[0, 1, 2, 0]]),
+            torch.tensor([[4, 4, 4, 4]]))  # fmt: skip
+    ordered_scores, rows, tokens = state.allocate(scores, log_probs, best)
+    taken = list(zip(rows[0].tolist(), tokens[0].tolist(), strict=True))
+    # bank 2: (0, 6); bank 1: (1, 5), (2, 5) (each begins the phrase); bank 0: (0, 4), (1, 4),
+    # (2, 4), by score. Each bank's best, 2 first, then each bank's second, then the third.
+    assert taken[:6] == [(0, 6), (1, 5), (0, 4), (2, 5), (1, 4), (2, 4)]
+    assert ordered_scores[0, :6].tolist() == pytest.approx([-11, -12, -1.1, -13, -2.1, -3.1])
+    assert (ordered_scores[0, 6:] == float("-inf")).all()  # repeats last
+
+
+# --- text: Translator, the command line ---
+
+
+def test_translations_hold_the_terms_as_whole_words(tmp_path):
+    """The best of each line holds each of its terms, a word, never glued onto by a piece that
+    would lengthen it ("dog" is not met by "dogs"), whatever the toy model would have written;
+    of the n best, those holding every term come first (the others ended at the length limit)."""
+    translator = toy_translator(tmp_path)
+    lines = ["the dog runs", "green grass", "children playing outside", "a man"]
+    terms = [["grass"], [], ["the dog", "green"], ["children"]]
+    decode = replace(translator.decode, beam_size=4, n_best=4, max_len_b=8)
+    found = translator.translate(lines, decode, terms=terms)
+
+    def holds(text, phrase):
+        words, n = text.split(), len(phrase.split())
+        return any(words[i : i + n] == phrase.split() for i in range(len(words)))
+
+    for phrases, outputs in zip(terms, found, strict=True):
+        held = [all(holds(text, p) for p in phrases) for text, _ in outputs]
+        assert held[0] and held == sorted(held, reverse=True), (phrases, outputs)
+    assert found[1] == translator.translate(lines[1:2], decode)[0]
+    assert translator.translate(["", "dog"], terms=[["grass"], []])[0] == [("", 0.0)]
+
+
+def test_bad_terms_are_refused_by_name(tmp_path):
+    translator = toy_translator(tmp_path)
+    with pytest.raises(ValueError, match="1 term lists for 2 lines"):
+        translator.translate(["the dog", "grass"], terms=[["the"]])
+    with pytest.raises(ValueError, match="a string for 1 lines"):
+        translator.translate(["the dog"], terms="the")
+    with pytest.raises(TypeError, match="terms of line 1: a list of phrases, not one string"):
+        translator.translate(["the dog"], terms=["grass"])
+    with pytest.raises(ValueError, match="term 'a ☃' of line 2: the model's vocabulary lacks"):
+        translator.translate(["the dog", "grass"], terms=[[], ["a ☃"]])
+    with pytest.raises(ValueError, match=f"line 1 has {MAX_TERMS + 1} terms: at most"):
+        translator.translate(["the dog"], terms=[[f"dog{i}" for i in range(MAX_TERMS + 1)]])
+    with pytest.raises(ValueError, match="terms need beam search"):
+        translator.translate(["the dog"], sampling=Sampling(), terms=[["grass"]])
+    parser = Translator(translator.model, translator.vocab, translator.decode, CPU,
+                        TaskConfig(name="parse"))  # fmt: skip
+    with pytest.raises(ValueError, match="terms are for translation, not for a parse model"):
+        parser.translate(["the dog"], terms=[["(S"]])
+    learned = tiny_model(vocab_size=translator.vocab.size, positions="learned", max_positions=8)
+    short = Translator(learned, translator.vocab, translator.decode, CPU)
+    with pytest.raises(ValueError, match=r"line 1: its prefix and terms may take .* past the "):
+        short.translate(["dog"], prefixes=["the dog "], terms=[["green grass outside"]])
+
+
+def test_a_prefix_and_terms_together(tmp_path):
+    """Each output starts with its prefix and holds its terms (a term inside the prefix is
+    met there)."""
+    translator = toy_translator(tmp_path)
+    lines = ["the dog runs", "green grass"]
+    prefixes, terms = ["the gre", "dog "], [["children"], ["dog", "outside"]]
+    found = translator.translate(lines, prefixes=prefixes, terms=terms)
+    for prefix, phrases, outputs in zip(prefixes, terms, found, strict=True):
+        text = outputs[0][0]
+        assert text.startswith(prefix.rstrip()) and all(p in text.split() for p in phrases)
+
+
+def test_the_command_line_reads_a_lines_terms_tab_separated(tmp_path):
+    model = save_toy_model(tmp_path)
+    source = write_lines(tmp_path / "in.txt", ["the dog runs", "grass", "children playing"])
+    terms = write_lines(tmp_path / "terms.txt", ["green\tthe dog", "", "outside\r"])
+    out = tmp_path / "out.txt"
+    base = ["translate", "--model", str(model), "--input", str(source), "--beam", "3"]
+    main([*base, "--terms", str(terms), "--output", str(out)])
+    first, second, third = out.read_text(encoding="utf-8").splitlines()
+    assert "green" in first.split() and "the dog" in first and "outside" in third.split()
+    main([*base, "--output", str(out)])
+    assert out.read_text(encoding="utf-8").splitlines()[1] == second  # '' is no term
+    main([*base, "--terms", str(terms), "--n-best", "2", "--buffer-size", "1", "--output",
+          str(out)])  # fmt: skip
+    n_best = [line.split(" ||| ") for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [i for i, _, _ in n_best] == ["0", "0", "1", "1", "2", "2"]
+    assert "outside" in n_best[4][1].split()  # line 2's best
+    main([*base, "--terms", str(terms), "--alignments", "--output", str(out)])
+    assert "outside" in out.read_text(encoding="utf-8").splitlines()[2].split(" ||| ")[0]
+    write_lines(terms, ["dog", "grass"])
+    with pytest.raises(SystemExit, match="--terms .* has 2 lines, the input 3"):
+        main([*base, "--terms", str(terms)])
+    with pytest.raises(SystemExit, match="terms need beam search"):
+        main([*base[:-2], "--terms", str(terms), "--sampling"])

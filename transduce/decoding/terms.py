@@ -1,0 +1,295 @@
+"""Decoding whose outputs contain given phrases: terminology, lexically constrained decoding.
+
+A translator often knows how a term must come out (a client's glossary, a product's name, the
+word a document has used so far) and the model does not. Masking cannot say "somewhere in the
+output", so the search itself changes, as in dynamic beam allocation (Post and Vilar 2018,
+fairseq's `--constraints` after Hu et al. 2019):
+
+- each hypothesis tracks, for every phrase of its sentence, how many of the phrase's tokens its
+  latest tokens have matched (a phrase once met stays met); it may end only when all are met;
+- each step's candidates are the usual best extensions, plus, for every hypothesis, the next
+  token of each phrase it has not met (begun or not) and its own best token;
+- a candidate's bank is the number of phrase tokens it has met; the beam is filled from the
+  banks in turn, the most advanced first, each bank's candidates best first. A hypothesis that
+  has placed a term is not pushed out by likelier ones that have not, and those stay in the
+  beam beside it, so the term is placed where the model finds it fits best.
+
+The tokens keep the model's probabilities: a hypothesis's log-probability is that of its whole
+output, as `transduce score` gives it. A hypothesis that reaches the length limit ends, met or
+not (the limit is raised to fit the phrases); the n best put those meeting every phrase first.
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..data.bpe import Vocab
+from .constraints import WORD_START, Constraint
+
+MAX_TERMS = 16  # phrases a sentence: the search widens by one candidate a phrase a hypothesis
+
+
+@dataclass(frozen=True)
+class Terms:
+    """One sentence's phrases as token ids. `whole[i]`: phrase i ends a word, so what follows
+    it may not glue onto it ("iglu" is no term in "igluft"); `glue` (V,) the pieces that would
+    (a letter or digit of a spaced script that starts no word). A phrase ending in a script
+    written without spaces (Japanese, Chinese, Thai) may be followed by anything."""
+
+    phrases: tuple[tuple[int, ...], ...] = ()
+    whole: tuple[bool, ...] = ()
+    glue: Tensor | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.phrases)
+
+    @property
+    def tokens(self) -> int:
+        """The tokens its phrases take at most (each apart: they may share none)."""
+        return sum(len(phrase) for phrase in self.phrases)
+
+
+def parse_terms(
+    vocab: Vocab, lines: Sequence[Sequence[str]], task: str = "translation"
+) -> list[Terms]:
+    """Each line's phrases as token ids; blank phrases are dropped, a repeated one counted
+    once. ValueError for a phrase with characters the vocabulary lacks (no output could hold
+    it), more than MAX_TERMS phrases for a line, and a model of another `task`."""
+    if task != "translation":
+        raise ValueError(f"terms are for translation, not for a {task} model")
+    parsed = []
+    for number, phrases in enumerate(lines, start=1):
+        if isinstance(phrases, str):
+            raise TypeError(f"terms of line {number}: a list of phrases, not one string")
+        texts = list(dict.fromkeys(" ".join(p.split()) for p in phrases if p.strip()))
+        if len(texts) > MAX_TERMS:
+            raise ValueError(f"line {number} has {len(texts)} terms: at most {MAX_TERMS}")
+        for text in texts:
+            if lacking := vocab.lacking(c for c in text if not c.isspace()):
+                raise ValueError(f"term {text!r} of line {number}: the model's vocabulary "
+                                 f"lacks {''.join(lacking)!r}: no output can hold it")  # fmt: skip
+        phrases = tuple(tuple(ids) for ids in vocab.encode(texts)) if texts else ()
+        whole = tuple(_spaced(text[-1]) for text in texts)
+        parsed.append(Terms(phrases, whole, _gluing(vocab)))
+    return parsed
+
+
+def _spaced(char: str) -> bool:
+    """A letter or digit of a script that separates words by spaces."""
+    unspaced = ("CJK", "HIRAGANA", "KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR", "TIBETAN")
+    return char.isalnum() and not unicodedata.name(char, "").startswith(unspaced)
+
+
+@functools.lru_cache(maxsize=4)
+def _gluing(vocab: Vocab) -> Tensor:
+    """(V,) the pieces that continue the word before them with a letter or digit."""
+    pieces = vocab.pieces(list(range(vocab.size)))
+    specials = {vocab.pad, vocab.unk, vocab.bos, vocab.eos}
+    return torch.tensor([i not in specials and not piece.startswith(WORD_START) and
+                         _spaced(piece[:1] or " ") for i, piece in enumerate(pieces)])  # fmt: skip
+
+
+def contains(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
+    n = len(phrase)
+    return any(tuple(tokens[i : i + n]) == tuple(phrase) for i in range(len(tokens) - n + 1))
+
+
+def _transitions(phrase: Sequence[int], width: int) -> list[list[int]]:
+    """For each progress p (tokens of the phrase matched) and each position j of the phrase:
+    the progress after the token phrase[j] comes, the longest start of the phrase that ends the
+    matched text (a mismatch need not lose everything: "a a b" after "a a a")."""
+    n, table = len(phrase), []
+    for p in range(width + 1):
+        row = []
+        for j in range(width):
+            if p >= n or j >= n:
+                row.append(0)
+                continue
+            text = [*phrase[:p], phrase[j]]
+            row.append(max(q for q in range(min(p + 1, n) + 1) if text[len(text) - q :] ==
+                           list(phrase[:q])))  # fmt: skip
+        table.append(row)
+    return table
+
+
+class TermConstraint:
+    """For each row of a search, its progress through each phrase of its sentence."""
+
+    def __init__(self, terms: Sequence[Terms], eos: int, device: torch.device):
+        count = max(1, max(len(t.phrases) for t in terms))
+        width = max(1, max((len(p) for t in terms for p in t.phrases), default=1))
+        self.tokens = torch.full((len(terms), count, width), -1, dtype=torch.long)
+        self.lengths = torch.zeros(len(terms), count, dtype=torch.long)  # 0: no phrase, met
+        self.whole = torch.zeros(len(terms), count, dtype=torch.bool)
+        self.step_to = torch.zeros(len(terms), count, (width + 1) * width, dtype=torch.long)
+        for s, sentence_terms in enumerate(terms):
+            for c, phrase in enumerate(sentence_terms.phrases):
+                self.tokens[s, c, : len(phrase)] = torch.tensor(phrase)
+                self.lengths[s, c] = len(phrase)
+                self.whole[s, c] = sentence_terms.whole[c]
+                self.step_to[s, c] = torch.tensor(_transitions(phrase, width)).flatten()
+        self.tokens, self.lengths = self.tokens.to(device), self.lengths.to(device)
+        self.step_to, self.whole, self.width = self.step_to.to(device), self.whole.to(device), width
+        glue = next((t.glue for t in terms if t.glue is not None), None)
+        self.glue = None if glue is None else glue.to(device)
+        self.eos, self.terms = eos, list(terms)
+        self.needed = self.lengths.sum(dim=1)  # (B,) tokens to meet every phrase
+        self.sentence = torch.arange(len(terms), device=device)  # the sentence of each row
+        self.progress = torch.zeros(len(terms), count, dtype=torch.long, device=device)
+        self.just_met = torch.zeros(len(terms), dtype=torch.bool, device=device)  # a whole one
+
+    def restrict(self, log_probs: Tensor, room: Tensor) -> None:
+        """A row may end only once it has met every phrase (at its length limit it must end
+        all the same: the search forces that after), and a phrase it has just met ends a word
+        unless written without spaces."""
+        unmet = (self.progress < self.lengths[self.sentence]).any(dim=1)
+        log_probs[unmet & (room > 0), self.eos] = float("-inf")
+        if self.glue is not None and bool(self.just_met.any()):
+            rows = self.just_met.nonzero()  # (n, 1): each with every gluing piece
+            log_probs[rows, self.glue.nonzero().flatten()] = float("-inf")
+
+    def reorder(self, rows: Tensor) -> None:
+        self.sentence, self.progress = self.sentence[rows], self.progress[rows]
+        self.just_met = self.just_met[rows]
+
+    def advance(self, tokens: Tensor) -> None:
+        rows = torch.arange(tokens.numel(), device=tokens.device)
+        progress = self._progressed(rows, tokens)
+        lengths = self.lengths[self.sentence]
+        met_now = (progress >= lengths) & (self.progress < lengths) & self.whole[self.sentence]
+        self.progress, self.just_met = progress, met_now.any(dim=1)
+
+    def _progressed(self, rows: Tensor, tokens: Tensor) -> Tensor:
+        """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`."""
+        sentence, progress = self.sentence[rows], self.progress[rows]
+        match = self.tokens[sentence] == tokens[:, None, None]  # (N, C, L)
+        position = match.int().argmax(dim=2)  # the first place the token has in the phrase
+        moved = self.step_to[sentence].gather(2, (progress * self.width + position)[..., None])
+        moved = torch.where(match.any(dim=2), moved.squeeze(2), 0)
+        lengths = self.lengths[sentence]
+        return torch.where(progress >= lengths, progress, moved)  # a met phrase stays met
+
+    def _bank(self, progress: Tensor, sentence: Tensor) -> Tensor:
+        """Phrase tokens met: every met phrase's, and the furthest progress of an unmet one."""
+        lengths = self.lengths[sentence]
+        met = progress >= lengths
+        return (lengths * met).sum(dim=1) + (progress * ~met).amax(dim=1)
+
+    def allocate(
+        self, scores: Tensor, log_probs: Tensor, best: tuple[Tensor, Tensor, Tensor]
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The step's candidates for each sentence in the order the beam takes them: `best`
+        (the best extensions: log P, row within the sentence, token, each (S, n)) with each
+        row's own best token and the next token of each phrase it has not met, the banks
+        taken in turn, the most advanced first. scores (S, width), log_probs (S * width, V)."""
+        sentences, width = scores.size(0), scores.size(1)
+        progress, lengths = self.progress, self.lengths[self.sentence]
+        due = self.tokens[self.sentence].gather(2, progress.clamp(max=self.width - 1)[..., None])
+        due = due.squeeze(2).clamp(min=0)  # (N, C) each phrase's next token
+        due_scores = scores.view(-1, 1) + log_probs.gather(1, due)
+        due_scores = due_scores.masked_fill(progress >= lengths, float("-inf"))
+        own_scores, own = log_probs.max(dim=1)
+        within = torch.arange(width, device=scores.device).repeat(sentences)[:, None]  # (N, 1)
+        groups = [
+            best,
+            (due_scores, within.expand_as(due), due),
+            (scores.view(-1) + own_scores, within, own),
+        ]
+        candidate_scores, candidate_rows, candidate_tokens = (
+            torch.cat([group[i].reshape(sentences, -1) for group in groups], dim=1)
+            for i in range(3)
+        )
+        candidate_scores = _without_repeats(
+            candidate_scores, candidate_rows, candidate_tokens, log_probs.size(1)
+        )
+        return self._in_bank_order(candidate_scores, candidate_rows, candidate_tokens, width)
+
+    def _in_bank_order(
+        self, scores: Tensor, rows: Tensor, tokens: Tensor, width: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Candidates (S, M) sorted best first, then taken a bank at a time: each bank's best,
+        the most advanced bank first, then each bank's second, and so on; impossible (-inf)
+        candidates last."""
+        scores, by_score = scores.sort(dim=1, descending=True, stable=True)
+        rows, tokens = rows.gather(1, by_score), tokens.gather(1, by_score)
+        first_row = torch.arange(scores.size(0), device=scores.device)[:, None] * width
+        global_rows = (first_row + rows).flatten()
+        progress = self._progressed(global_rows, tokens.flatten())
+        bank = self._bank(progress, self.sentence[global_rows]).view_as(scores)
+        banks = int(bank.max()) + 1
+        same_bank = bank[..., None] == torch.arange(banks, device=bank.device)
+        rank = same_bank.long().cumsum(dim=1).gather(2, bank[..., None]).squeeze(2) - 1
+        key = rank * banks + (banks - 1 - bank)
+        key = key.masked_fill(scores == float("-inf"), scores.size(1) * banks)
+        order = key.argsort(dim=1, stable=True)
+        return scores.gather(1, order), rows.gather(1, order), tokens.gather(1, order)
+
+    def missing(self, sentence: int, tokens: Sequence[int]) -> int:
+        """How many of the sentence's phrases `tokens` lacks."""
+        return sum(not contains(tokens, phrase) for phrase in self.terms[sentence].phrases)
+
+
+def _without_repeats(scores: Tensor, rows: Tensor, tokens: Tensor, vocabulary: int) -> Tensor:
+    """`scores` with all but the best of each (row, token) candidate's repeats made impossible
+    (a phrase already met still names its last token, impossibly)."""
+    by_score = scores.argsort(dim=1, descending=True, stable=True)
+    keys = (rows * vocabulary + tokens).gather(1, by_score)
+    sorted_keys, where = keys.sort(dim=1, stable=True)  # each key's best first
+    repeat = torch.zeros_like(keys, dtype=torch.bool)
+    repeat[:, 1:] = sorted_keys[:, 1:] == sorted_keys[:, :-1]
+    repeated = torch.zeros_like(repeat).scatter_(1, by_score.gather(1, where), repeat)
+    return scores.masked_fill(repeated, float("-inf"))
+
+
+class Both:
+    """Two constraints at once (a prefix and terms): a token either rules out is ruled out."""
+
+    def __init__(self, first: Constraint, second: Constraint):
+        self.first, self.second = first, second
+
+    def restrict(self, log_probs: Tensor, room: Tensor) -> None:
+        self.first.restrict(log_probs, room)
+        self.second.restrict(log_probs, room)
+
+    def reorder(self, rows: Tensor) -> None:
+        self.first.reorder(rows)
+        self.second.reorder(rows)
+
+    def advance(self, tokens: Tensor) -> None:
+        self.first.advance(tokens)
+        self.second.advance(tokens)
+
+
+def with_terms(
+    terms: Sequence[Terms | Sequence[Sequence[int]]] | None,
+    constraint: Constraint | None,
+    limit: Tensor,
+    eos: int,
+    floor: Tensor | None = None,
+) -> tuple[Constraint | None, TermConstraint | None, Tensor]:
+    """The search's constraint (with the terms' added), the terms' own state (None when no
+    sentence has terms), and the length limits (B,) raised to fit every phrase and an EOS
+    after `floor` (each output's forced start, if any). Terms given as token ids (a list of
+    phrases a sentence) may be followed by any token."""
+    if terms is None:
+        return constraint, None, limit
+    if len(terms) != limit.numel():
+        raise ValueError(f"{len(terms)} term lists for {limit.numel()} sentences: give one each")
+    terms = [t if isinstance(t, Terms) else _of_ids(t) for t in terms]
+    if not any(terms):
+        return constraint, None, limit
+    state = TermConstraint(terms, eos, limit.device)
+    floor = torch.zeros_like(limit) if floor is None else floor
+    limit = torch.maximum(limit, floor + state.needed + 1)
+    return (state if constraint is None else Both(constraint, state)), state, limit
+
+
+def _of_ids(phrases: Sequence[Sequence[int]]) -> Terms:
+    kept = tuple(tuple(int(t) for t in phrase) for phrase in phrases if len(phrase))
+    return Terms(kept, (False,) * len(kept))
