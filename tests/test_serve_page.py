@@ -123,6 +123,33 @@ def test_the_page_completes_a_typed_start_of_the_translation(browser, tmp_path):
     assert errors == []
 
 
+def test_the_page_translates_with_terms(browser, tmp_path):
+    """Terms typed into their field, separated by ';' (blanks dropped): the translation shown
+    is what `Translator.translate` gives with them, holding each, and the attention drawn is
+    its own; terms with several lines are refused, named."""
+    engine = toy_engine(tmp_path)
+    terms = ["green grass", "outside"]
+    expected = engine.translator.translate([SENTENCE], terms=[terms])[0][0][0]
+    own = engine.translator.translate([SENTENCE])[0][0][0]
+    assert expected != own and all(term in expected for term in terms)
+    with Background(engine, ServeSettings(port=0)) as url:
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(url + "/")
+        page.fill("#text", SENTENCE)
+        page.fill("#terms", " green grass ;outside; ")
+        page.click("#go")
+        page.wait_for_selector("#attention:not([hidden])")
+        assert page.inner_text("#translations li .output") == expected
+        assert page.inner_text("#target") == expected
+        page.screenshot(path=str(tmp_path / "terms.png"), full_page=True)
+        page.fill("#text", SENTENCE + "\nthe dog runs")
+        page.click("#go")
+        page.wait_for_selector("#status.error >> text=Terms go with one sentence")
+    assert errors == []
+
+
 def test_typing_a_start_translates_and_tab_accepts_the_next_word(browser, tmp_path):
     """Interactive translation on the page: typed letter by letter, the start's completion
     appears without a click once typing pauses; Tab accepts the completion's next word, which

@@ -1,6 +1,7 @@
-"""`prefix` / `prefixes` of `POST /v1/translate` against a real uvicorn on loopback: each
-translation starts with its prefix and is what `Translator.translate` gives, merged with other
-requests or not; a prefix no output can start with is answered 422 (413 when too long), alone."""
+"""`prefix` / `prefixes` and `terms` / `term_lists` of `POST /v1/translate` against a real uvicorn
+on loopback: each translation starts with its prefix, holds its terms and is what
+`Translator.translate` gives, merged with other requests or not; a prefix no output can start
+with, or a term none can hold, is answered 422 (413 when too long), alone."""
 
 from __future__ import annotations
 
@@ -123,9 +124,9 @@ def test_a_lone_surrogate_prefix_is_refused(served):
 def test_a_parsers_facts_refuse_a_prefix(engine):
     parser = replace(engine.facts, task="parse")
     with pytest.raises(BadRequest, match="a prefix is for translation, not for a parse model"):
-        parser.prefix_lengths(["(S"])
+        parser.guided_lengths(["(S"], None)
     # "the", then "dog" a piece a letter after a lone word start, and the end
-    assert engine.facts.prefix_lengths(["the dog", ""]) == [6, 1]
+    assert engine.facts.guided_lengths(["the dog", ""], None) == [6, 1]
 
 
 def test_a_prefix_over_the_models_positions_letter_by_letter_is_413_before_decoding(tmp_path):
@@ -151,3 +152,69 @@ def test_a_prefix_over_the_models_positions_letter_by_letter_is_413_before_decod
         assert fine.status_code == 200 and fine.json()["translations"][0]["text"].startswith(
             "the chi"
         )
+
+
+# --- terms ---
+
+
+def _with_terms(i: int) -> dict:
+    """Requests of each shape: one text with terms or without, several with term lists."""
+    texts, words = sentences(1 + i % 3, seed=i), sentences(3, seed=70 + i)
+    if i % 4 == 0:
+        return {"text": texts[0], "terms": [words[0].split()[0]], "beam_size": 3}
+    if i % 4 == 1:
+        return {"text": texts[0], "beam_size": 3}
+    lists = [[], *([w.split()[-1]] for w in words)][: len(texts)]
+    return {"texts": texts, "term_lists": lists, "beam_size": 3}
+
+
+def test_merged_requests_with_terms_get_what_offline_translation_gives(engine, served):
+    """Eight clients at once, with terms and without: each answer is its texts' translations
+    under its own terms, as `Translator` gives them alone, each holding its terms."""
+    requests = [_with_terms(i) for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda body: translated(served, body), requests))
+    decode = replace(engine.translator.decode, beam_size=3)
+    for body, answer in zip(requests, answers, strict=True):
+        texts = body.get("texts") or [body["text"]]
+        terms = body.get("term_lists") or ([body["terms"]] if "terms" in body else None)
+        offline = engine.translator.translate(texts, decode, terms=terms)
+        for phrases, got, want in zip(terms or [[]] * len(texts), answer["translations"],
+                                      offline, strict=True):  # fmt: skip
+            assert got["text"] == want[0][0] and got["score"] == pytest.approx(want[0][1])
+            assert all(phrase in got["text"].split() for phrase in phrases)
+    assert any(body.get("terms") for body in requests)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [
+        ({"texts": ["the dog"], "terms": ["the"]}, 422, "`terms` go with `text`"),
+        ({"text": "the dog", "term_lists": [["the"]]}, 422, "`term_lists` go with `texts`"),
+        ({"texts": ["the dog", "grass"], "term_lists": [["a"]]}, 422, "1 term_lists for 2 texts"),
+        ({"text": "the dog", "terms": ["the ☃"]}, 422, "vocabulary lacks '☃'"),
+        ({"text": "the dog", "terms": "grass"}, 422, "valid list"),
+        ({"text": "the dog", "terms": [f"w{i}" for i in range(17)]}, 422, "at most 16 items"),
+        ({"text": "the dog", "terms": ["grass"], "sampling": {}}, 422, "terms need beam search"),
+        ({"text": "the dog", "terms": ["children playing outside " * 6]}, 413, "terms may take"),
+        ({"text": "the dog", "prefix": "the ", "terms": ["children " * 28]}, 413,
+         "the prefix and terms may take"),
+    ],
+)  # fmt: skip
+def test_bad_terms_are_answered_and_the_server_goes_on(served, body, status, says):
+    """A term of 28 pieces fits the 30 subwords alone (with the end); after a prefix of two,
+    it does not."""
+    with httpx.Client(base_url=served) as client:
+        answer = client.post("/v1/translate", json=body)
+        assert answer.status_code == status, answer.text
+        assert says in answer.text
+        assert client.post("/v1/translate", json={"text": "the dog"}).status_code == 200
+
+
+def test_a_parsers_facts_refuse_terms_and_count_them_with_a_prefix(engine):
+    parser = replace(engine.facts, task="parse")
+    with pytest.raises(BadRequest, match="terms are for translation, not for a parse model"):
+        parser.guided_lengths(None, [["(S"]])
+    counts = engine.facts.guided_lengths(["the dog", ""], [["grass", "the dog"], []])
+    pieces = len(engine.facts.vocab.encode(["grass"])[0]) + 2  # "the dog": two
+    assert counts == [6 + pieces, 1]

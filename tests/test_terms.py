@@ -259,7 +259,7 @@ def test_the_command_line_reads_a_lines_terms_tab_separated(tmp_path):
     main([*base, "--terms", str(terms), "--alignments", "--output", str(out)])
     assert "outside" in out.read_text(encoding="utf-8").splitlines()[2].split(" ||| ")[0]
     write_lines(terms, ["dog", "grass"])
-    with pytest.raises(SystemExit, match="--terms .* has 2 lines, the input 3"):
+    with pytest.raises(SystemExit, match=r"--terms .* has 2 lines, the input 3"):
         main([*base, "--terms", str(terms)])
     with pytest.raises(SystemExit, match="terms need beam search"):
         main([*base[:-2], "--terms", str(terms), "--sampling"])

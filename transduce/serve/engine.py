@@ -16,6 +16,7 @@ from ..config import DecodeConfig
 from ..data.bpe import Vocab
 from ..decoding.prefix import parse_prefixes
 from ..decoding.sampling import Sampling
+from ..decoding.terms import parse_terms
 from ..decoding.translate import Translator
 from ..models import count_parameters
 from ..models.ensemble import AttendDifferently
@@ -34,8 +35,9 @@ class TranslateWork:
     lines: list[str]
     decode: DecodeConfig  # the key: requests with equal settings are decoded together
     alignments: bool
-    prefixes: list[str] | None = None  # one a line, checked (`ModelFacts.prefix_lengths`)
+    prefixes: list[str] | None = None  # one a line, checked (`ModelFacts.guided_lengths`)
     sampling: Sampling | None = None  # such work comes alone: its seed draws its samples
+    terms: list[list[str]] | None = None  # a list a line, checked as prefixes are
 
 
 @dataclass(frozen=True)
@@ -68,16 +70,24 @@ class ModelFacts:
     no_attention: str | None = None
     task: str = "translation"  # TaskConfig.name
 
-    def prefix_lengths(self, prefixes: list[str]) -> list[int]:
-        """The most subwords each prefix can take with its EOS (`Prefix.most_tokens`), to be
-        checked against the limits; BadRequest for a prefix no output can start with (a
-        parser's, or one with characters the vocabulary lacks). Both before the request is
-        merged with others, whose decoding a failure would fail too."""
+    def guided_lengths(
+        self, prefixes: list[str] | None, terms: list[list[str]] | None
+    ) -> list[int]:
+        """The most subwords each line's output may need for its prefix and its terms with an
+        EOS (`Prefix.most_tokens`, `Terms.tokens`), to be checked against the limits;
+        BadRequest for a prefix no output can start with or a term none can hold (a parser's,
+        or one with characters the vocabulary lacks). Both before the request is merged with
+        others, whose decoding a failure would fail too."""
         try:
-            parsed = parse_prefixes(self.vocab, prefixes, self.task)
-            return [prefix.most_tokens + 1 for prefix in parsed]
+            starts = [0] * len(terms or []) if prefixes is None else [
+                prefix.most_tokens for prefix in parse_prefixes(self.vocab, prefixes, self.task)
+            ]  # fmt: skip
+            held = [0] * len(starts) if terms is None else [
+                t.tokens for t in parse_terms(self.vocab, terms, self.task)
+            ]  # fmt: skip
         except ValueError as error:
             raise BadRequest(str(error)) from error
+        return [start + tokens + 1 for start, tokens in zip(starts, held, strict=True)]
 
     def check_attention(self) -> None:
         """BadRequest for attention (views, alignments) from a model that has none to show."""
@@ -187,12 +197,15 @@ class Engine:
         if any(work.alignments for work in works):
             self.facts.check_attention()  # as the route has, for a caller without one
         lines = [line for work in works for line in work.lines]
-        prefixes = None
+        prefixes = terms = None
         if any(work.prefixes for work in works):
             prefixes = [p for work in works for p in work.prefixes or [""] * len(work.lines)]
+        if any(work.terms for work in works):
+            terms = [t for work in works for t in work.terms or [[]] * len(work.lines)]
         if works[0].sampling is not None and len(works) > 1:
             raise BadRequest("sampled work is decoded alone, so that its seed draws its samples")
-        found = self.translator.hypotheses(lines, works[0].decode, works[0].sampling, prefixes)
+        decode, sampling = works[0].decode, works[0].sampling
+        found = self.translator.hypotheses(lines, decode, sampling, prefixes, terms)
         results, start = [], 0
         for work in works:
             mine = found[start : start + len(work.lines)]

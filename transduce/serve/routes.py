@@ -95,11 +95,12 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     tokens = _checked_lengths(server, lines)
     if body.alignments:  # refused here, before it is batched with requests that can be served
         _checked(server.facts.check_attention)
-    prefixes = body.prefix_lines
-    if prefixes is not None:  # one no output can start with: 422; one too long: 413
-        counts = _checked(server.facts.prefix_lengths, prefixes)
-        _within_limit(server, counts, "prefix", "may take")  # an unfinished word: a piece a letter
-    work = TranslateWork(lines, decode, body.alignments, prefixes, sampling)
+    prefixes, terms = body.prefix_lines, body.term_lines
+    if prefixes is not None or terms is not None:  # none could hold it: 422; too long: 413
+        counts = _checked(server.facts.guided_lengths, prefixes, terms)
+        kind = " and ".join(k for k, given in (("prefix", prefixes), ("terms", terms)) if given)
+        _within_limit(server, counts, kind, "may take")  # an unfinished word: a piece a letter
+    work = TranslateWork(lines, decode, body.alignments, prefixes, sampling, terms)
     run = server.engine.translate
     # Sampled work is never merged with other requests: its seed draws what `transduce translate
     # --sampling --seed` draws for its lines.

@@ -17,6 +17,8 @@ from pydantic import (
     model_validator,
 )
 
+from ..decoding.terms import MAX_TERMS
+
 
 def _a_sentence(text: str) -> str:
     if not text.strip():
@@ -32,8 +34,14 @@ def _unicode(text: str, what: str = "a prefix") -> str:
     return text
 
 
+def _a_term(text: str) -> str:
+    return _unicode(text, "a term")
+
+
 Sentence = Annotated[StrictStr, AfterValidator(_a_sentence)]
 Prefix = Annotated[StrictStr, AfterValidator(_unicode)]  # may be empty: no prefix
+Term = Annotated[StrictStr, AfterValidator(_a_term)]  # a blank one is dropped
+Terms = Annotated[list[Term], Field(max_length=MAX_TERMS)]
 
 
 class SamplingOptions(BaseModel):
@@ -70,6 +78,16 @@ class TranslateRequest(BaseModel):
     prefixes: list[Prefix] | None = Field(
         None, description="with `texts`: one prefix each, '' for none"
     )
+    terms: Terms | None = Field(
+        None,
+        description="with `text`: phrases its translation must each hold as written, e.g. a "
+        "glossary's translations (lexically constrained beam search; a wider beam places them "
+        f"better); at most {MAX_TERMS}",
+        examples=[["Hund"]],
+    )
+    term_lists: list[Terms] | None = Field(
+        None, description="with `texts`: one list of terms each, [] for none"
+    )
     sampling: SamplingOptions | None = Field(
         None, description="draw samples instead of searching (back-translation, diverse outputs)"
     )
@@ -89,12 +107,19 @@ class TranslateRequest(BaseModel):
                              "`sampling.samples` counts the outputs")  # fmt: skip
         if self.sampling is not None and self.alignments:
             raise ValueError("`alignments` come with beam search's best: leave out `sampling`")
-        if self.prefixes is not None:
+        if self.terms is not None and self.text is None:
+            raise ValueError("`terms` go with `text`; with `texts`, give `term_lists`")
+        if self.sampling is not None and self.term_lines is not None:
+            raise ValueError("terms need beam search: leave out `sampling`")
+        for name, each in (("prefixes", self.prefixes), ("term_lists", self.term_lists)):
+            if each is None:
+                continue
             if self.texts is None:
-                raise ValueError("`prefixes` go with `texts`; with `text`, give `prefix`")
-            if len(self.prefixes) != len(self.texts):
-                raise ValueError(f"{len(self.prefixes)} prefixes for {len(self.texts)} texts: "
-                                 "give one each ('' for none)")  # fmt: skip
+                alone = "prefix" if name == "prefixes" else "terms"
+                raise ValueError(f"`{name}` go with `texts`; with `text`, give `{alone}`")
+            if len(each) != len(self.texts):
+                raise ValueError(f"{len(each)} {name} for {len(self.texts)} texts: give one "
+                                 "each ('' or [] for none)")  # fmt: skip
         return self
 
     @property
@@ -106,6 +131,13 @@ class TranslateRequest(BaseModel):
         """One prefix a line, or None when no line has one."""
         prefixes = [self.prefix] if self.prefix is not None else self.prefixes
         return list(prefixes) if prefixes and any(p.strip() for p in prefixes) else None
+
+    @property
+    def term_lines(self) -> list[list[str]] | None:
+        """One list of terms a line, or None when no line has a term."""
+        lists = [self.terms] if self.terms is not None else self.term_lists
+        given = lists and any(t.strip() for terms in lists for t in terms)
+        return [list(terms) for terms in lists] if given else None
 
 
 class Candidate(BaseModel):
