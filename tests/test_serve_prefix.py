@@ -195,7 +195,12 @@ def test_merged_requests_with_terms_get_what_offline_translation_gives(engine, s
         ({"text": "the dog", "terms": ["the ☃"]}, 422, "vocabulary lacks '☃'"),
         ({"text": "the dog", "terms": "grass"}, 422, "valid list"),
         ({"text": "the dog", "terms": [f"w{i}" for i in range(17)]}, 422, "at most 16 items"),
-        ({"text": "the dog", "terms": ["grass"], "sampling": {}}, 422, "terms need beam search"),
+        ({"text": "the dog", "terms": ["grass"], "sampling": {}}, 422, "need beam search"),
+        ({"text": "the dog", "glossary": {"dog": "a"}, "sampling": {}}, 422, "need beam search"),
+        ({"text": "the dog", "glossary": {" ": "grass"}}, 422, "a source phrase and its"),
+        ({"text": "the dog", "glossary": {"dog": "☃"}}, 422, "vocabulary lacks '☃'"),
+        ({"text": "the dog", "glossary": {f"w{i}": "a" for i in range(5001)}}, 422,
+         "at most 5000"),
         ({"text": "the dog", "terms": ["children playing outside " * 6]}, 413, "terms may take"),
         ({"text": "the dog", "prefix": "the ", "terms": ["children " * 28]}, 413,
          "the prefix and terms may take"),
@@ -218,3 +223,18 @@ def test_a_parsers_facts_refuse_terms_and_count_them_with_a_prefix(engine):
     counts = engine.facts.guided_lengths(["the dog", ""], [["grass", "the dog"], []])
     pieces = len(engine.facts.vocab.encode(["grass"])[0]) + 2  # "the dog": two
     assert counts == [6 + pieces, 1]
+
+
+def test_a_glossary_gives_each_text_the_terms_it_uses(engine, served):
+    """`glossary` with `texts`: each text that uses a source phrase (any case) holds its
+    translation, beside its own terms, as `Translator` gives it with those terms."""
+    body = {"texts": ["the Dog runs", "green grass", "the children"], "beam_size": 3,
+            "glossary": {"dog": "outside", "children": "green grass"},
+            "term_lists": [[], [], ["playing"]]}  # fmt: skip
+    answer = translated(served, body)
+    terms = [["outside"], [], ["playing", "green grass"]]
+    decode = replace(engine.translator.decode, beam_size=3)
+    offline = engine.translator.translate(body["texts"], decode, terms=terms)
+    texts = [t["text"] for t in answer["translations"]]
+    assert texts == [hyps[0][0] for hyps in offline]
+    assert "outside" in texts[0].split() and "green grass" in texts[2]

@@ -12,6 +12,10 @@ The public API, one import away; the names live in the subpackages of their pape
     print(transduce.score(outputs, ["ein hund rennt ."]))
     translator.score(["a dog runs ."], ["ein hund rennt ."])  # log P(target | source) each
     translator.translate(["a dog runs ."], sampling=transduce.Sampling(seed=1))  # a sample
+    translator.translate(["a dog runs ."], prefixes=["ein hu"])  # completes a typed start
+    translator.translate(["a dog runs ."], terms=[["Hund"]])  # holds each term
+    glossary = transduce.Glossary([("dog", "Hund")])  # terms for the lines that use them
+    translator.translate(lines, terms=glossary.terms(lines))
     print(transduce.explain("the cat sat"))             # one encoder layer, every number
 
 Fine-tuning: new data in the model's vocabulary, then a run that starts from its weights:
@@ -30,6 +34,7 @@ from .data.corpus import DataError, LengthFilter, corpus_files, read_parallel
 from .data.dataset import PreparedData, prepare
 from .decoding.channel import channel_rerank
 from .decoding.forced import TargetScore
+from .decoding.glossary import Glossary
 from .decoding.sampling import Sampling
 from .decoding.search import Hypothesis, beam_search, greedy_search
 from .decoding.translate import Translator
@@ -74,6 +79,7 @@ __all__ = [
     "Config",
     "DataError",
     "DecodeConfig",
+    "Glossary",
     "Hypothesis",
     "LengthFilter",
     "PreparedData",

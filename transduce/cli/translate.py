@@ -30,20 +30,7 @@ def _add_translate(verbs) -> None:
     add_model_and_search_arguments(p)
     p.add_argument("--n-best", type=int, help="print the n best as 'line ||| text ||| score'")
     p.add_argument("--max-len-b", type=int, help="output length <= input + this")
-    p.add_argument(
-        "--prefix",
-        type=Path,
-        help="a file of output starts, one a line of the input ('' for none): each output "
-        "begins with its line's, the model's best completion of it (interactive translation; "
-        "the last word may be unfinished, a final space asks for a new word)",
-    )
-    p.add_argument(
-        "--terms",
-        type=Path,
-        help="a file of terms, one line a line of the input: phrases separated by tabs ('' for "
-        "none), each of which its output must hold, e.g. a glossary's translations (lexically "
-        "constrained beam search; a wider --beam places them better)",
-    )
+    _add_guide_arguments(p)
     p.add_argument(
         "--buffer-size",
         type=int,
@@ -83,6 +70,31 @@ def _add_translate(verbs) -> None:
         "--alignments-out", type=Path, help="write the Pharaoh links here, one line per input line"
     )
     p.set_defaults(run=_translate)
+
+
+def _add_guide_arguments(p) -> None:
+    """What the output must start with or hold: interactive translation, terminology."""
+    group = p.add_argument_group("guided output", "what each output must start with or hold")
+    group.add_argument(
+        "--prefix",
+        type=Path,
+        help="a file of output starts, one a line of the input ('' for none): each output "
+        "begins with its line's, the model's best completion of it (interactive translation; "
+        "the last word may be unfinished, a final space asks for a new word)",
+    )
+    group.add_argument(
+        "--terms",
+        type=Path,
+        help="a file of terms, one line a line of the input: phrases separated by tabs ('' for "
+        "none), each of which its output must hold, e.g. a glossary's translations (lexically "
+        "constrained beam search; a wider --beam places them better)",
+    )
+    group.add_argument(
+        "--glossary",
+        type=Path,
+        help="a file of 'source<TAB>translation' lines: a line of the input that uses a source "
+        "phrase (whole words, any case) gets its translation as a term, beside its --terms",
+    )
 
 
 def _add_sampling_arguments(p) -> None:
@@ -139,8 +151,9 @@ def _translate(args) -> None:
         raise ValueError("--alignments come with beam search's best; leave out --sampling")
     if aligned and (args.n_best or 1) != 1:
         raise ValueError("--alignments gives the best translation only; leave out --n-best")
-    if args.terms and sampling:
-        raise ValueError("--terms need beam search: leave out --sampling")
+    if (args.terms or args.glossary) and sampling:
+        raise ValueError("--terms and --glossary need beam search: leave out --sampling")
+    glossary = _glossary(args.glossary)
     if args.buffer_size is not None and args.buffer_size < 1:
         raise ValueError(f"--buffer-size {args.buffer_size}: translate at least 1 line at a time")
     # A bad model fails here, before any input is read.
@@ -160,6 +173,8 @@ def _translate(args) -> None:
     try:
         for lines in groups:
             guides = {name: file.of_group(done, len(lines)) for name, file in side_files.items()}
+            if glossary is not None:
+                guides["terms"] = glossary.terms(lines, guides.get("terms"))
             drawn = sampling and _group_sampling(sampling, done)
             if aligned:
                 text, pairs = _aligned(translator, lines, decode, args, guides)
@@ -275,6 +290,16 @@ class _PerLine:
     def _mismatch(self, lines) -> str:
         return (f"{self.flag} {self.path} has {len(self.entries)} lines, the input {lines}: "
                 "give one a line ('' for none)")  # fmt: skip
+
+
+def _glossary(path: Path | None):
+    if path is None:
+        return None
+    from ..decoding.glossary import Glossary
+
+    glossary = Glossary.read(path)
+    logger.info("glossary %s: %d entries", path, len(glossary))
+    return glossary
 
 
 def _side_files(args) -> dict[str, _PerLine]:

@@ -16,7 +16,7 @@ from torch import Tensor
 from ..models.contract import Cache, Seq2Seq
 from .constraints import Constraint
 from .prefix import Prefix, with_prefixes
-from .terms import with_terms
+from .terms import TermConstraint, with_terms
 
 
 @dataclass
@@ -148,20 +148,15 @@ def beam_search(
     with the length penalty; the k best others go on. A sentence stops when it has k ended
     hypotheses or reaches its length limit, and leaves the batch. `constraint` (a row per
     sentence to start) masks what it rules out and follows the hypotheses; `prefixes` (ids, a
-    list per sentence) start the outputs (`decoding/prefix.py`); `terms` (phrases of token
-    ids, a list per sentence) must each appear in them (`decoding/terms.py`): then the beam is
-    filled bank by bank, and the n best put those holding every phrase first."""
+    list per sentence) start the outputs (`decoding/prefix.py`); `terms` (a list of phrases
+    per sentence) must each appear in them, the beam filled bank by bank (`decoding/terms.py`)."""
     check_searchable(model, beam_size, n_best, alpha)
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
-    constraint, limit = with_prefixes(prefixes, constraint, limit)
-    floor = getattr(constraint, "most_tokens", None)  # a prefix's tokens, then the terms'
-    constraint, term_state, limit = with_terms(terms, constraint, limit, eos, floor)
-    # The first step has one hypothesis per sentence (BOS), so it runs one row per sentence;
-    # from then on each sentence has `width` rows, k once there are k candidates to keep.
-    cache = model.init_cache(model.encode(src), 1)
+    constraint, term_state, limit = _guided(prefixes, terms, constraint, limit, eos)
+    cache = model.init_cache(model.encode(src), 1)  # one row a sentence: BOS, then `width`
     sentences = torch.arange(src.size(0), device=device)  # the sentence of each live entry
-    scores = torch.zeros(src.size(0), 1, device=device)  # (n, width) log P of each hypothesis
+    scores = torch.zeros(src.size(0), 1, device=device)  # (n, width): k once k can be kept
     history = torch.full((src.size(0), 1), bos, dtype=torch.long, device=device)
     ended: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     for t in range(1, int(limit.max()) + 1):
@@ -173,14 +168,9 @@ def beam_search(
         top = _best_extensions(scores, log_probs, 2 * k)
         if term_state is not None:  # in the order the banks take them, not by score alone
             top = term_state.allocate(scores, log_probs, top)
-        top_scores, top_row, top_token = top
-        is_eos = top_token == eos
-        _collect_ended(ended, sentences, history, top_scores, top_row, is_eos, width, k, alpha)
-        live = top_scores.masked_fill(is_eos, float("-inf"))
-        # The first k live candidates in that order (by score, the k best).
-        order = (live == float("-inf")).int().sort(dim=1, stable=True).indices[:, :k]
-        live_scores = live.gather(1, order)
-        next_row, next_token = top_row.gather(1, order), top_token.gather(1, order)
+        is_eos = top[2] == eos
+        _collect_ended(ended, sentences, history, *top[:2], is_eos, width, k, alpha)
+        live_scores, next_row, next_token = _first_live(top, is_eos, k)
         finished = torch.tensor([len(ended[s]) >= k for s in sentences.tolist()], device=device)
         finished |= live_scores[:, 0] == float("-inf")  # none left, as at the length limit
         keep = (~finished).nonzero().flatten()
@@ -193,9 +183,31 @@ def beam_search(
             constraint.reorder(rows)
             constraint.advance(history[:, -1])
         scores, sentences = live_scores[keep], sentences[keep]
-    if term_state is None:
-        return [sorted(h, key=lambda hyp: -hyp.score)[:n_best] for h in ended]
-    return [sorted(h, key=lambda hyp: (term_state.missing(s, hyp.tokens), -hyp.score))[:n_best]
+    return _n_best(ended, n_best, term_state)
+
+
+def _guided(prefixes, terms, constraint: Constraint | None, limit: Tensor, eos: int):
+    """The search's constraint with the prefixes' and the terms' added, the terms' own state
+    (or None), and the length limits raised to fit the prefix, then the terms, and an EOS."""
+    constraint, limit = with_prefixes(prefixes, constraint, limit)
+    floor = getattr(constraint, "most_tokens", None)  # a prefix's most tokens
+    return with_terms(terms, constraint, limit, eos, floor)
+
+
+def _first_live(top: tuple[Tensor, Tensor, Tensor], is_eos: Tensor, k: int):
+    """The first k candidates (log P, row, token, each (S, n)) in their order (by score: the
+    k best) that do not end; impossible ones (-inf) last."""
+    live = top[0].masked_fill(is_eos, float("-inf"))
+    order = (live == float("-inf")).int().sort(dim=1, stable=True).indices[:, :k]
+    return live.gather(1, order), top[1].gather(1, order), top[2].gather(1, order)
+
+
+def _n_best(ended: list[list[Hypothesis]], n: int, terms: TermConstraint | None):
+    """Each sentence's n best ended hypotheses, best score first; with terms, those holding
+    every phrase first (the others ended at the length limit)."""
+    if terms is None:
+        return [sorted(h, key=lambda hyp: -hyp.score)[:n] for h in ended]
+    return [sorted(h, key=lambda hyp: (terms.missing(s, hyp.tokens), -hyp.score))[:n]
             for s, h in enumerate(ended)]  # fmt: skip
 
 

@@ -41,6 +41,7 @@ def _a_term(text: str) -> str:
 Sentence = Annotated[StrictStr, AfterValidator(_a_sentence)]
 Prefix = Annotated[StrictStr, AfterValidator(_unicode)]  # may be empty: no prefix
 Term = Annotated[StrictStr, AfterValidator(_a_term)]  # a blank one is dropped
+MAX_GLOSSARY = 5000  # entries a request: matching them is the server's work before decoding
 Terms = Annotated[list[Term], Field(max_length=MAX_TERMS)]
 
 
@@ -88,6 +89,12 @@ class TranslateRequest(BaseModel):
     term_lists: list[Terms] | None = Field(
         None, description="with `texts`: one list of terms each, [] for none"
     )
+    glossary: dict[Term, Term] | None = Field(
+        None,
+        description="source phrase -> its translation: each text that uses a source phrase "
+        f"(whole words, any case) gets the translation as a term; at most {MAX_GLOSSARY} entries",
+        examples=[{"dog": "Hund"}],
+    )
     sampling: SamplingOptions | None = Field(
         None, description="draw samples instead of searching (back-translation, diverse outputs)"
     )
@@ -109,8 +116,11 @@ class TranslateRequest(BaseModel):
             raise ValueError("`alignments` come with beam search's best: leave out `sampling`")
         if self.terms is not None and self.text is None:
             raise ValueError("`terms` go with `text`; with `texts`, give `term_lists`")
-        if self.sampling is not None and self.term_lines is not None:
-            raise ValueError("terms need beam search: leave out `sampling`")
+        if self.sampling is not None and (self.term_lines is not None or self.glossary):
+            raise ValueError("terms and glossaries need beam search: leave out `sampling`")
+        if self.glossary is not None and len(self.glossary) > MAX_GLOSSARY:
+            raise ValueError(f"a glossary of {len(self.glossary)} entries: at most "
+                             f"{MAX_GLOSSARY}")  # fmt: skip
         for name, each in (("prefixes", self.prefixes), ("term_lists", self.term_lists)):
             if each is None:
                 continue

@@ -1,0 +1,65 @@
+"""Glossaries (`decoding/glossary.py`, `translate --glossary`, the server's `glossary`): a line
+that uses a source phrase gets its translation as a term, matched as whole words, case ignored,
+the longer entry first."""
+
+from __future__ import annotations
+
+import pytest
+
+from transduce.cli import main
+from transduce.decoding.glossary import Glossary
+
+from .conftest import save_toy_model, write_lines
+
+
+def test_source_phrases_match_as_whole_words_whatever_their_case():
+    glossary = Glossary([("dog", "Hund"), ("hot dog", "Hotdog"), ("Straße", "street"),
+                         ("new  york", "New York")])  # fmt: skip
+    assert glossary.terms_of("The Dog and the dog bark") == ["Hund"]  # each once
+    assert glossary.terms_of("a dogma, dogs, underdog") == []  # not inside words
+    assert glossary.terms_of("a hot dog and a dog") == ["Hotdog", "Hund"]  # longest first
+    assert glossary.terms_of("HOT DOG") == ["Hotdog"]
+    assert glossary.terms_of("in der STRASSE") == ["street"]  # case folded as Unicode does
+    assert glossary.terms_of("to New\tYork, the dog's bone") == ["New York", "Hund"]
+    assert Glossary([]).terms_of("anything") == []
+    assert glossary.terms(["the dog", "grass"], [["Gras"], ["Gras"]]) == [["Gras", "Hund"],
+                                                                           ["Gras"]]  # fmt: skip
+
+
+def test_a_glossary_file_and_its_mistakes_named(tmp_path):
+    path = tmp_path / "glossary.tsv"
+    path.write_text("# client X\ndog\tHund\r\n\ngreen grass\tGras\n", encoding="utf-8")
+    assert Glossary.read(path).entries == {"dog": "Hund", "green grass": "Gras"}
+    path.write_text("dog\tHund\ncat Katze\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 2: expected 'source<TAB>translation', got 1"):
+        Glossary.read(path)
+    with pytest.raises(ValueError, match="entry 2: a source phrase and its translation"):
+        Glossary([("dog", "Hund"), ("cat", " ")])
+    with pytest.raises(ValueError, match="entry 2: 'DOG' is translated both 'Hund' and 'Köter'"):
+        Glossary([("dog", "Hund"), ("DOG", "Köter")])
+    with pytest.raises(ValueError, match="2 term lists for 1 lines"):
+        Glossary([("dog", "Hund")]).terms(["the dog"], [[], []])
+
+
+def test_the_command_line_applies_a_glossary_to_the_lines_that_use_it(tmp_path):
+    model = save_toy_model(tmp_path)
+    source = write_lines(tmp_path / "in.txt", ["the dog runs", "green grass", "the children"])
+    glossary = write_lines(tmp_path / "glossary.tsv", ["Dog\toutside", "children\tgreen grass"])
+    terms = write_lines(tmp_path / "terms.txt", ["", "outside", "playing"])
+    out = tmp_path / "out.txt"
+    base = ["translate", "--model", str(model), "--input", str(source), "--beam", "3",
+            "--output", str(out)]  # fmt: skip
+    main([*base])
+    plain = out.read_text(encoding="utf-8").splitlines()
+    main([*base, "--glossary", str(glossary)])
+    first, second, third = out.read_text(encoding="utf-8").splitlines()
+    assert "outside" in first.split() and second == plain[1] and "green grass" in third
+    main([*base, "--glossary", str(glossary), "--terms", str(terms), "--buffer-size", "2"])
+    first, second, third = out.read_text(encoding="utf-8").splitlines()
+    assert "outside" in first.split() and "outside" in second.split()
+    assert "green grass" in third and "playing" in third.split()
+    with pytest.raises(SystemExit, match="--terms and --glossary need beam search"):
+        main([*base[:-4], "--glossary", str(glossary), "--sampling"])
+    write_lines(glossary, ["dog"])
+    with pytest.raises(SystemExit, match="expected 'source<TAB>translation'"):
+        main([*base, "--glossary", str(glossary)])

@@ -1,0 +1,71 @@
+"""A glossary: source phrases and how each must be translated, applied to the lines that use
+them. A line that holds a glossary's source phrase gets its translation as a term
+(`decoding/terms.py`), as a translation service's glossary works (DeepL, ModernMT): the user
+keeps one file for a client or a domain instead of writing the terms of every line.
+
+A source phrase matches as whole words, whatever their case ("Dog" and "dog", not "dogma"); a
+longer entry that matches wins over one inside it ("hot dog" over "dog")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+
+class Glossary:
+    """Source phrase -> its translation, matched in lines as whole words, case ignored."""
+
+    def __init__(self, entries: Iterable[tuple[str, str]]):
+        self.entries: dict[str, str] = {}
+        for number, (source, target) in enumerate(entries, start=1):
+            source, target = " ".join(source.split()), " ".join(target.split())
+            if not source or not target:
+                raise ValueError(f"glossary entry {number}: a source phrase and its translation, "
+                                 f"both non-empty (got {source!r} -> {target!r})")  # fmt: skip
+            known = self.entries.get(source.casefold())
+            if known is not None and known != target:
+                raise ValueError(f"glossary entry {number}: {source!r} is translated both "
+                                 f"{known!r} and {target!r}")  # fmt: skip
+            self.entries[source.casefold()] = target
+        # Longest first, so that a longer phrase is matched before a phrase inside it.
+        sources = sorted(self.entries, key=len, reverse=True)
+        words = [r"\s+".join(map(re.escape, source.split())) for source in sources]
+        self._pattern = re.compile(r"(?<!\w)(?:" + "|".join(words) + r")(?!\w)")
+
+    @classmethod
+    def read(cls, path: Path | str) -> Glossary:
+        """A file of 'source<TAB>translation' lines (UTF-8; blank lines and lines starting
+        with '#' skipped)."""
+        from ..data.corpus import read_lines
+
+        entries = []
+        for number, line in enumerate(read_lines(Path(path)), start=1):
+            line = line.removesuffix("\r")
+            if not line.strip() or line.startswith("#"):
+                continue
+            fields = line.split("\t")
+            if len(fields) != 2:
+                raise ValueError(f"{path} line {number}: expected 'source<TAB>translation', "
+                                 f"got {len(fields)} field(s)")  # fmt: skip
+            entries.append((fields[0], fields[1]))
+        return cls(entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def terms_of(self, line: str) -> list[str]:
+        """The translations of the entries `line` uses, in the order they occur, each once."""
+        if not self.entries:
+            return []
+        found = (self.entries[" ".join(m.group().split())]
+                 for m in self._pattern.finditer(line.casefold()))  # fmt: skip
+        return list(dict.fromkeys(found))
+
+    def terms(self, lines: Sequence[str], given: Sequence[Sequence[str]] | None = None):
+        """Each line's terms: those `given` for it (if any), then the glossary's."""
+        given = given if given is not None else [[] for _ in lines]
+        if len(given) != len(lines):
+            raise ValueError(f"{len(given)} term lists for {len(lines)} lines: give one each")
+        return [list(dict.fromkeys([*own, *self.terms_of(line)]))
+                for line, own in zip(lines, given, strict=True)]  # fmt: skip
