@@ -7,7 +7,8 @@ Serves the model on loopback, opens the page in headless Chromium (Debian's `chr
 Playwright), types two Multi30k test sentences, picks beam 4, and saves what it shows (the
 translations and the interactive attention view) as docs/img/serve.png; then types the second
 sentence alone with the start of a translation for the model to complete, and saves that as
-docs/img/serve-prefix.png. `--tokenized`: the sentences as the `tok` variant has them
+docs/img/serve-prefix.png; then the same sentence with terms its translation must hold,
+docs/img/serve-terms.png. `--tokenized`: the sentences as the `tok` variant has them
 (lowercased, tokenized), for a model trained on it.
 """
 
@@ -34,6 +35,8 @@ TOKENIZED = [
 ]
 # Typed so far, its last word unfinished (the reference has "Ein Boston Terrier").
 PREFIX = {False: "Ein kleiner Hu", True: "ein kleiner hu"}
+# The reference's words the model itself does not write ("ein terrier läuft auf dem grünen gras").
+TERMS = {False: "Boston Terrier; saftig-grünes", True: "boston terrier; saftig-grünes"}
 
 
 def main() -> None:
@@ -41,6 +44,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=DOCS / "img/serve.png")
     parser.add_argument("--prefix-out", type=Path, default=DOCS / "img/serve-prefix.png")
+    parser.add_argument("--terms-out", type=Path, default=DOCS / "img/serve-terms.png")
     parser.add_argument("--tokenized", action="store_true")
     args = parser.parse_args()
     sentences = TOKENIZED if args.tokenized else SENTENCES
@@ -55,8 +59,11 @@ def main() -> None:
         page.fill("#text", sentences[1])
         page.fill("#prefix", PREFIX[args.tokenized])
         _translate_and_shoot(page, args.prefix_out)
+        page.fill("#prefix", "")
+        page.fill("#terms", TERMS[args.tokenized])
+        _translate_and_shoot(page, args.terms_out)
         browser.close()
-    print(args.out, args.prefix_out)
+    print(args.out, args.prefix_out, args.terms_out)
 
 
 def _translate_and_shoot(page, out: Path) -> None:

@@ -92,6 +92,7 @@ def test_a_wide_beam_finds_the_exhaustive_best_output_holding_the_phrase():
     met = [h for h in found if contains(h.tokens, phrase)]
     assert sorted(h.tokens for h in met) == sorted(holding)
     assert found[: len(met)] == met  # those holding it first
+    assert len(found) > len(met)  # the others end too, at the limit: every output has an end
     assert all(len(h.tokens) == 4 for h in found[len(met) :])
     assert found[0].tokens == max(holding, key=score)
     for hypothesis in found:
@@ -240,13 +241,18 @@ def test_a_prefix_and_terms_together(tmp_path):
         assert text.startswith(prefix.rstrip()) and all(p in text.split() for p in phrases)
 
 
-def test_the_command_line_reads_a_lines_terms_tab_separated(tmp_path):
+def test_the_command_line_reads_a_lines_terms_tab_separated(tmp_path, monkeypatch):
     model = save_toy_model(tmp_path)
+    asked = []
+    real = Translator.translate
+    monkeypatch.setattr(Translator, "translate", lambda self, lines, *a, **k: asked.append(
+        k.get("terms")) or real(self, lines, *a, **k))  # fmt: skip
     source = write_lines(tmp_path / "in.txt", ["the dog runs", "grass", "children playing"])
     terms = write_lines(tmp_path / "terms.txt", ["green\tthe dog", "", "outside\r"])
     out = tmp_path / "out.txt"
     base = ["translate", "--model", str(model), "--input", str(source), "--beam", "3"]
     main([*base, "--terms", str(terms), "--output", str(out)])
+    assert asked == [[["green", "the dog"], [""], ["outside"]]]  # the CR dropped
     first, second, third = out.read_text(encoding="utf-8").splitlines()
     assert "green" in first.split() and "the dog" in first and "outside" in third.split()
     main([*base, "--output", str(out)])
