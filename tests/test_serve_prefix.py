@@ -238,3 +238,17 @@ def test_a_glossary_gives_each_text_the_terms_it_uses(engine, served):
     texts = [t["text"] for t in answer["translations"]]
     assert texts == [hyps[0][0] for hyps in offline]
     assert "outside" in texts[0].split() and "green grass" in texts[2]
+
+
+def test_terms_widen_the_models_beam_unless_one_is_asked_for(engine, served):
+    """No `beam_size` with terms: TERMS_BEAM (within the server's max_beam), not the model's 2;
+    an asked-for beam is kept."""
+    from transduce.decoding.terms import TERMS_BEAM
+
+    text, terms = "the dog runs across the grass", ["children", "green"]
+    for asked, beam in [(None, TERMS_BEAM), (2, 2)]:
+        body = {"text": text, "terms": terms, **({"beam_size": asked} if asked else {})}
+        answer = translated(served, body)["translations"][0]
+        decode = replace(engine.translator.decode, beam_size=beam)
+        want = engine.translator.translate([text], decode, terms=[terms])[0][0]
+        assert (answer["text"], answer["score"]) == (want[0], pytest.approx(want[1]))

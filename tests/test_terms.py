@@ -16,7 +16,7 @@ from transduce.config import TaskConfig
 from transduce.decoding.forced import score_ids
 from transduce.decoding.sampling import Sampling
 from transduce.decoding.search import beam_search, length_penalty
-from transduce.decoding.terms import MAX_TERMS, TermConstraint, Terms, contains
+from transduce.decoding.terms import MAX_TERMS, TERMS_BEAM, TermConstraint, Terms, contains
 from transduce.decoding.translate import Translator
 
 from .conftest import (
@@ -246,13 +246,13 @@ def test_the_command_line_reads_a_lines_terms_tab_separated(tmp_path, monkeypatc
     asked = []
     real = Translator.translate
     monkeypatch.setattr(Translator, "translate", lambda self, lines, *a, **k: asked.append(
-        k.get("terms")) or real(self, lines, *a, **k))  # fmt: skip
+        (k.get("terms"), a[0].beam_size)) or real(self, lines, *a, **k))  # fmt: skip
     source = write_lines(tmp_path / "in.txt", ["the dog runs", "grass", "children playing"])
     terms = write_lines(tmp_path / "terms.txt", ["green\tthe dog", "", "outside\r"])
     out = tmp_path / "out.txt"
     base = ["translate", "--model", str(model), "--input", str(source), "--beam", "3"]
     main([*base, "--terms", str(terms), "--output", str(out)])
-    assert asked == [[["green", "the dog"], [""], ["outside"]]]  # the CR dropped
+    assert asked == [([["green", "the dog"], [""], ["outside"]], 3)]  # the CR dropped
     first, second, third = out.read_text(encoding="utf-8").splitlines()
     assert "green" in first.split() and "the dog" in first and "outside" in third.split()
     main([*base, "--output", str(out)])
@@ -264,6 +264,8 @@ def test_the_command_line_reads_a_lines_terms_tab_separated(tmp_path, monkeypatc
     assert "outside" in n_best[4][1].split()  # line 2's best
     main([*base, "--terms", str(terms), "--alignments", "--output", str(out)])
     assert "outside" in out.read_text(encoding="utf-8").splitlines()[2].split(" ||| ")[0]
+    main([*base[:-2], "--terms", str(terms), "--output", str(out)])
+    assert asked[-1][1] == TERMS_BEAM  # no --beam: the run's 4 widened, terms placed better
     write_lines(terms, ["dog", "grass"])
     with pytest.raises(SystemExit, match=r"--terms .* has 2 lines, the input 3"):
         main([*base, "--terms", str(terms)])

@@ -87,7 +87,8 @@ def _add_guide_arguments(p) -> None:
         type=Path,
         help="a file of terms, one line a line of the input: phrases separated by tabs ('' for "
         "none), each of which its output must hold, e.g. a glossary's translations (lexically "
-        "constrained beam search; a wider --beam places them better)",
+        "constrained beam search; beam 8 unless --beam says otherwise: a wider beam places "
+        "them better)",
     )
     group.add_argument(
         "--glossary",
@@ -167,6 +168,8 @@ def _translate(args) -> None:
         "batch_size": args.batch_size,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
+    if (args.terms or args.glossary) and args.beam is None:
+        decode = _beam_for_terms(decode)
     side_files = _side_files(args)
     groups = _groups(args, side_files)
     output, links, done = _Sink(args.output), _Sink(args.alignments_out), 0
@@ -290,6 +293,16 @@ class _PerLine:
     def _mismatch(self, lines) -> str:
         return (f"{self.flag} {self.path} has {len(self.entries)} lines, the input {lines}: "
                 "give one a line ('' for none)")  # fmt: skip
+
+
+def _beam_for_terms(decode):
+    """The run's beam, widened to TERMS_BEAM: terms are placed better in a wider beam."""
+    from ..decoding.terms import TERMS_BEAM
+
+    if decode.beam_size >= TERMS_BEAM:
+        return decode
+    logger.info("terms: beam %d, not the run's %d (--beam chooses)", TERMS_BEAM, decode.beam_size)
+    return replace(decode, beam_size=TERMS_BEAM)
 
 
 def _glossary(path: Path | None):

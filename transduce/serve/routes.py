@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
@@ -13,6 +14,7 @@ from starlette.exceptions import HTTPException
 
 from ..decoding.glossary import Glossary
 from ..decoding.sampling import Sampling
+from ..decoding.terms import TERMS_BEAM
 from .batcher import Job, QueueFull
 from .engine import AttentionWork, BadRequest, ScoreWork, TranslateWork
 from .schemas import (
@@ -101,6 +103,9 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
         counts = _checked(server.facts.guided_lengths, prefixes, terms)
         kind = " and ".join(k for k, given in (("prefix", prefixes), ("terms", terms)) if given)
         _within_limit(server, counts, kind, "may take")  # an unfinished word: a piece a letter
+    if terms is not None and body.beam_size is None:  # placed better in a wider beam
+        beam = min(max(decode.beam_size, TERMS_BEAM), server.settings.max_beam)
+        decode = replace(decode, beam_size=beam)
     work = TranslateWork(lines, decode, body.alignments, prefixes, sampling, terms)
     run = server.engine.translate
     # Sampled work is never merged with other requests: its seed draws what `transduce translate
