@@ -35,8 +35,9 @@ TOKENIZED = [
 ]
 # Typed so far, its last word unfinished (the reference has "Ein Boston Terrier").
 PREFIX = {False: "Ein kleiner Hu", True: "ein kleiner hu"}
-# The reference's words the model itself does not write ("ein terrier läuft auf dem grünen gras").
-TERMS = {False: "Boston Terrier; saftig-grünes", True: "boston terrier; saftig-grünes"}
+# Words the model itself does not write ("ein terrier läuft auf dem grünen gras"): the reference's
+# breed, and a glossary's word for grass.
+TERMS = {False: "Boston Terrier; Rasen", True: "boston terrier; rasen"}
 
 
 def main() -> None:

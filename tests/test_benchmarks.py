@@ -122,3 +122,29 @@ def test_the_prefix_benchmark_counts_next_words_and_runs(tmp_path):
     assert lines[1].startswith("k = 0, 0 letters: next word ")
     assert lines[2].startswith("k = 2, 0 letters: next word ")
     assert "/2 = " in lines[1] and "/2 = " in lines[2]  # both references have three words
+
+
+def test_the_terms_benchmark_draws_missed_words_and_runs(tmp_path):
+    """terms.py: the terms are reference words the output lacks, long enough, at most N, in
+    the reference's order; held counts whole words; the script runs over a prepared folder."""
+    import random
+
+    from .conftest import save_toy_model, write_lines
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import terms
+
+    rng = random.Random(0)
+    reference = "ein kleiner hund rennt über das gras ."
+    assert terms.missed("ein hund läuft über das gras .", reference, 5, 4, rng) == [
+        "kleiner", "rennt"]  # fmt: skip
+    assert len(terms.missed("ein hund", reference, 1, 4, rng)) == 1
+    assert terms.held(["ein kleiner hund", "kleinere"], [["kleiner", "hund"], ["kleiner"]]) == 2
+    model = save_toy_model(tmp_path)
+    write_lines(tmp_path / "test.src.txt", ["the dog runs", "green grass"])
+    write_lines(tmp_path / "test.tgt.txt", ["the green dog", "children playing outside"])
+    command = [sys.executable, str(ROOT / "benchmarks" / "terms.py"), "--model", str(model),
+               "--data", str(tmp_path), "--terms", "1", "--beams", "2"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[1].startswith("beam 2, 1 term(s) a line")

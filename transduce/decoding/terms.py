@@ -35,7 +35,7 @@ from .constraints import WORD_START, Constraint
 MAX_TERMS = 16  # phrases a sentence: the search widens by one candidate a phrase a hypothesis
 # The beam the command line and the server take when terms are given and no beam is asked for:
 # each bank gets a share of the beam, and at 4 the most advanced one holds a hypothesis or two
-# (en->de `tiny`, one or two terms a line: test BLEU +1.6 / +4.4 over beam 4, 1.4x the time;
+# (en->de `tiny`, one or two terms a line: test BLEU +1.6 / +4.4 over beam 4, 1.6x the time;
 # RESULTS.md "Terms"). The Python API decodes with the beam it is given.
 TERMS_BEAM = 8
 
