@@ -142,7 +142,7 @@ class TermConstraint:
         self.tokens, self.lengths = self.tokens.to(device), self.lengths.to(device)
         self.step_to, self.whole, self.width = self.step_to.to(device), self.whole.to(device), width
         glue = next((t.glue for t in terms if t.glue is not None), None)
-        self.glue = None if glue is None else glue.to(device)
+        self.gluing = None if glue is None else glue.nonzero().flatten().to(device)  # ids
         self.eos, self.terms = eos, list(terms)
         self.needed = self.lengths.sum(dim=1)  # (B,) tokens to meet every phrase
         self.sentence = torch.arange(len(terms), device=device)  # the sentence of each row
@@ -155,9 +155,9 @@ class TermConstraint:
         unless written without spaces."""
         unmet = (self.progress < self.lengths[self.sentence]).any(dim=1)
         log_probs[unmet & (room > 0), self.eos] = float("-inf")
-        if self.glue is not None and bool(self.just_met.any()):
+        if self.gluing is not None and bool(self.just_met.any()):
             rows = self.just_met.nonzero()  # (n, 1): each with every gluing piece
-            log_probs[rows, self.glue.nonzero().flatten()] = float("-inf")
+            log_probs[rows, self.gluing] = float("-inf")
 
     def reorder(self, rows: Tensor) -> None:
         self.sentence, self.progress = self.sentence[rows], self.progress[rows]
