@@ -40,6 +40,9 @@ def test_a_glossary_file_and_its_mistakes_named(tmp_path):
         Glossary([("dog", "Hund"), ("DOG", "Köter")])
     with pytest.raises(ValueError, match="2 term lists for 1 lines"):
         Glossary([("dog", "Hund")]).terms(["the dog"], [[], []])
+    many = Glossary([(f"w{i}", f"t{i}") for i in range(20)])
+    line = " ".join(f"w{i}" for i in reversed(range(20)))
+    assert many.terms([line], [["mine"]], 4) == [["mine", "t19", "t18", "t17"]]  # used first
 
 
 def test_the_command_line_applies_a_glossary_to_the_lines_that_use_it(tmp_path):
@@ -64,3 +67,28 @@ def test_the_command_line_applies_a_glossary_to_the_lines_that_use_it(tmp_path):
     write_lines(glossary, ["dog"])
     with pytest.raises(SystemExit, match="expected 'source<TAB>translation'"):
         main([*base, "--glossary", str(glossary)])
+    # a translation no output can hold: named before any line is translated, none written
+    write_lines(glossary, ["dog\tgrass", "cat\tschnee☃"])
+    out.unlink()
+    with pytest.raises(SystemExit, match=r"1 glossary translation.*'schnee☃' \('☃'\)"):
+        main([*base, "--glossary", str(glossary)])
+    assert not out.exists()
+
+
+def test_a_line_using_more_entries_than_terms_allows_keeps_the_first(tmp_path, caplog):
+    """A line that uses 18 entries: translated with the first MAX_TERMS (16) of them, said,
+    instead of the run failing at that line."""
+    from transduce.decoding.terms import MAX_TERMS
+
+    model = save_toy_model(tmp_path)
+    words = ["the", "dog", "runs", "across", "green", "grass"]
+    translations = [f"{a} {b}" for a in words for b in words if a != b][:18]
+    source = write_lines(tmp_path / "in.txt", [" ".join(f"s{i}" for i in range(18)), "grass"])
+    glossary = write_lines(tmp_path / "glossary.tsv",
+                           [f"s{i}\t{t}" for i, t in enumerate(translations)])  # fmt: skip
+    out = tmp_path / "out.txt"
+    with caplog.at_level("WARNING", logger="transduce"):
+        main(["translate", "--model", str(model), "--input", str(source), "--glossary",
+              str(glossary), "--output", str(out), "--beam", "1"])  # fmt: skip
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+    assert f"line 1: 18 terms with the glossary's, the first {MAX_TERMS} kept" in caplog.text

@@ -129,7 +129,8 @@ def test_the_page_translates_with_terms(browser, tmp_path):
     its own; terms with several lines are refused, named."""
     engine = toy_engine(tmp_path)
     terms = ["green grass", "outside"]
-    expected = engine.translator.translate([SENTENCE], terms=[terms])[0][0][0]
+    chosen = replace(DECODE, terms_beam=DECODE.beam_size)  # the page sends the beam it shows
+    expected = engine.translator.translate([SENTENCE], chosen, terms=[terms])[0][0][0]
     own = engine.translator.translate([SENTENCE])[0][0][0]
     assert expected != own and all(term in expected for term in terms)
     with Background(engine, ServeSettings(port=0)) as url:

@@ -174,7 +174,7 @@ def test_merged_requests_with_terms_get_what_offline_translation_gives(engine, s
     requests = [_with_terms(i) for i in range(8)]
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda body: translated(served, body), requests))
-    decode = replace(engine.translator.decode, beam_size=3)
+    decode = replace(engine.translator.decode, beam_size=3, terms_beam=3)
     for body, answer in zip(requests, answers, strict=True):
         texts = body.get("texts") or [body["text"]]
         terms = body.get("term_lists") or ([body["terms"]] if "terms" in body else None)
@@ -233,7 +233,7 @@ def test_a_glossary_gives_each_text_the_terms_it_uses(engine, served):
             "term_lists": [[], [], ["playing"]]}  # fmt: skip
     answer = translated(served, body)
     terms = [["outside"], [], ["playing", "green grass"]]
-    decode = replace(engine.translator.decode, beam_size=3)
+    decode = replace(engine.translator.decode, beam_size=3, terms_beam=3)
     offline = engine.translator.translate(body["texts"], decode, terms=terms)
     texts = [t["text"] for t in answer["translations"]]
     assert texts == [hyps[0][0] for hyps in offline]
@@ -241,14 +241,13 @@ def test_a_glossary_gives_each_text_the_terms_it_uses(engine, served):
 
 
 def test_terms_widen_the_models_beam_unless_one_is_asked_for(engine, served):
-    """No `beam_size` with terms: TERMS_BEAM (within the server's max_beam), not the model's 2;
-    an asked-for beam is kept."""
-    from transduce.decoding.terms import TERMS_BEAM
-
+    """No `beam_size`: a text with terms is searched with the run's `terms_beam` (8, within the
+    server's max_beam), not its beam of 2; an asked-for beam is every text's."""
     text, terms = "the dog runs across the grass", ["children", "green"]
-    for asked, beam in [(None, TERMS_BEAM), (2, 2)]:
+    assert engine.translator.decode.terms_beam == 8
+    for asked, beam in [(None, 8), (2, 2)]:
         body = {"text": text, "terms": terms, **({"beam_size": asked} if asked else {})}
         answer = translated(served, body)["translations"][0]
-        decode = replace(engine.translator.decode, beam_size=beam)
+        decode = replace(engine.translator.decode, beam_size=beam, terms_beam=0)
         want = engine.translator.translate([text], decode, terms=[terms])[0][0]
         assert (answer["text"], answer["score"]) == (want[0], pytest.approx(want[1]))

@@ -16,7 +16,7 @@ from transduce.config import TaskConfig
 from transduce.decoding.forced import score_ids
 from transduce.decoding.sampling import Sampling
 from transduce.decoding.search import beam_search, length_penalty
-from transduce.decoding.terms import MAX_TERMS, TERMS_BEAM, TermConstraint, Terms, contains
+from transduce.decoding.terms import MAX_TERMS, TermConstraint, Terms, contains
 from transduce.decoding.translate import Translator
 
 from .conftest import (
@@ -160,6 +160,26 @@ def test_progress_through_a_phrase_is_the_longest_start_of_it_that_ends_the_outp
             assert state.progress[0].tolist() == expected, (phrases, tokens)
 
 
+def test_the_transition_table_is_the_longest_start_that_ends_the_text():
+    """Knuth-Morris-Pratt's automaton against its definition, on phrases of up to 12 tokens
+    over 3 (many repeats), padded to 14: the table is quadratic to build, not quartic."""
+    from transduce.decoding.terms import _transitions
+
+    rng = random.Random(1)
+    for _ in range(100):
+        phrase = [rng.choice([4, 5, 6]) for _ in range(rng.randint(1, 12))]
+        table, n = _transitions(phrase, 14), len(phrase)
+        for p in range(15):
+            for j in range(14):
+                if p >= n or j >= n:
+                    assert table[p][j] == 0
+                    continue
+                text = [*phrase[:p], phrase[j]]
+                want = max(q for q in range(min(p + 1, n) + 1) if text[len(text) - q :] ==
+                           phrase[:q])  # fmt: skip
+                assert table[p][j] == want, (phrase, p, j)
+
+
 def test_candidates_are_taken_a_bank_at_a_time_the_most_advanced_first():
     """Three rows of one sentence, one phrase [5, 6]: a candidate's bank is the phrase tokens
     it has met (0, 1 or 2); the order takes each bank's best, most advanced first, then each
@@ -181,7 +201,57 @@ def test_candidates_are_taken_a_bank_at_a_time_the_most_advanced_first():
     assert (ordered_scores[0, 6:] == float("-inf")).all()  # repeats last
 
 
+def test_a_piece_glued_onto_a_whole_term_is_ruled_out_or_undoes_it():
+    """Phrase [5] ends a word and 7 glues: after 5, 7 is ruled out while anything else may
+    come; when nothing else may (a prefix spelling on), 7 comes and the phrase is no longer
+    met (and EOS is ruled out again); a phrase that may be glued onto stays met."""
+    glue = torch.zeros(10, dtype=torch.bool)
+    glue[7] = True
+    state = TermConstraint([Terms(((5,), (6,)), (True, False), glue)], EOS, CPU)
+    state.advance(torch.tensor([5]))
+    log_probs = torch.zeros(1, 10)
+    state.restrict(log_probs, torch.tensor([5]))
+    assert log_probs[0, 7] == float("-inf") and log_probs[0, 4] == 0
+    only_glue = torch.full((1, 10), float("-inf"))
+    only_glue[0, 7] = -1.0
+    state.restrict(only_glue, torch.tensor([5]))
+    assert only_glue[0, 7] == -1.0  # nothing else: left to the search
+    state.advance(torch.tensor([7]))
+    assert state.progress[0].tolist() == [0, 0]
+    state.advance(torch.tensor([6]))
+    state.advance(torch.tensor([7]))
+    assert state.progress[0].tolist() == [0, 1]  # not whole: glued onto, still met
+    assert state.missing(0, [5, 7, 6, 7]) == 1 and state.missing(0, [5, 6, 7]) == 0
+
+
+def test_a_prefix_that_glues_onto_a_term_leaves_it_to_be_met_again(tmp_path):
+    """ "dogs " forced, the term "dog": the forced "s" undoes the term, which comes again as a
+    word of its own (before: no hypothesis at all, and an IndexError)."""
+    translator = toy_translator(tmp_path)
+    decode = replace(translator.decode, beam_size=3)
+    text = translator.translate(["the dog runs"], decode, prefixes=["dogs "], terms=[["dog"]])
+    assert text[0][0][0].startswith("dogs ") and "dog" in text[0][0][0].split()[1:]
+
+
 # --- text: Translator, the command line ---
+
+
+def test_a_term_in_a_script_without_spaces_is_held_as_running_text_has_it(tmp_path):
+    """Japanese: "犬" alone encodes as a word's start ("▁犬"), but a sentence has it inside
+    ("▁私 は 犬 が"): the term is the piece without the mark, and no piece after it is kept
+    from gluing (the script has no word ends to keep); Indic vowel signs end spaced words."""
+    from transduce.data.bpe import train_joint
+    from transduce.decoding.terms import _spaced, parse_terms
+
+    rng = random.Random(0)
+    words = ["私", "は", "犬", "が", "好き", "です", "猫", "と", "公園", "で", "遊ぶ"]
+    lines = ["".join(rng.choice(words) for _ in range(rng.randint(3, 8))) for _ in range(300)]
+    vocab = train_joint(lines, 40, tmp_path / "ja")
+    assert vocab.pieces(vocab.encode(["犬"])[0])[0].startswith("\u2581")
+    terms = parse_terms(vocab, [["犬", "公園で"]])[0]
+    assert [vocab.pieces(list(p)) for p in terms.phrases] == [["犬"], ["公園", "で"]]
+    assert terms.whole == (False, False)
+    assert _spaced("\u093e") and _spaced("a") and not _spaced("犬") and not _spaced(".")
 
 
 def test_translations_hold_the_terms_as_whole_words(tmp_path):
@@ -203,6 +273,20 @@ def test_translations_hold_the_terms_as_whole_words(tmp_path):
         assert held[0] and held == sorted(held, reverse=True), (phrases, outputs)
     assert found[1] == translator.translate(lines[1:2], decode)[0]
     assert translator.translate(["", "dog"], terms=[["grass"], []])[0] == [("", 0.0)]
+
+
+def test_lines_with_terms_are_searched_with_the_wider_terms_beam_the_others_as_before(tmp_path):
+    """`decode.terms_beam` 5, beam 2: a line with terms gets what beam 5 gives it, a line
+    without what beam 2 gives it, in one call; terms_beam at or below the beam changes nothing."""
+    translator = toy_translator(tmp_path)
+    lines, terms = ["the dog runs", "green grass"], [["children", "green"], []]
+    decode = replace(translator.decode, beam_size=2, terms_beam=5)
+    found = translator.translate(lines, decode, terms=terms)
+    wide = replace(decode, beam_size=5, terms_beam=0)
+    assert found[0] == translator.translate(lines[:1], wide, terms=terms[:1])[0]
+    assert found[1] == translator.translate(lines[1:], decode)[0]
+    narrow = replace(decode, terms_beam=0)
+    assert found[0] != translator.translate(lines[:1], narrow, terms=terms[:1])[0]
 
 
 def test_bad_terms_are_refused_by_name(tmp_path):
@@ -241,18 +325,45 @@ def test_a_prefix_and_terms_together(tmp_path):
         assert text.startswith(prefix.rstrip()) and all(p in text.split() for p in phrases)
 
 
+def test_the_channel_reranks_only_candidates_holding_the_terms(tmp_path):
+    """Re-ranked by a reverse model, a candidate that lacks a term (ended by the length limit)
+    never wins over one that holds them all, whatever the channel's weight."""
+    from transduce.decoding.channel import channel_rerank
+
+    translator = toy_translator(tmp_path)
+    reverse = Translator(tiny_model(seed=9, vocab_size=translator.vocab.size),
+                         translator.vocab, translator.decode, CPU)  # fmt: skip
+    lines = ["the dog runs", "green grass", "children playing"]
+    terms = [["grass", "children"], ["outside"], ["dog", "playing"]]
+    decode = replace(translator.decode, beam_size=4, max_len_b=2)
+    found = translator.hypotheses(lines, replace(decode, n_best=4), terms=terms)
+    assert any(h.missing for hyps in found for _, h in hyps)  # some lack a term
+    for weight in (0.0, 1.0, 10.0):
+        ranked = channel_rerank(translator, reverse, lines, weight, decode, terms=terms)
+        for hyps, mine in zip(found, ranked, strict=True):
+            best = min(h.missing for _, h in hyps)
+            held = {text for text, h in hyps if h.missing == best}
+            assert {text for text, _ in mine} == held
+
+
 def test_the_command_line_reads_a_lines_terms_tab_separated(tmp_path, monkeypatch):
     model = save_toy_model(tmp_path)
     asked = []
     real = Translator.translate
-    monkeypatch.setattr(Translator, "translate", lambda self, lines, *a, **k: asked.append(
-        (k.get("terms"), a[0].beam_size)) or real(self, lines, *a, **k))  # fmt: skip
+    monkeypatch.setattr(
+        Translator,
+        "translate",
+        lambda self, lines, *a, **k: (
+            asked.append((k.get("terms"), a[0].beam_size, a[0].terms_beam))
+            or real(self, lines, *a, **k)
+        ),
+    )
     source = write_lines(tmp_path / "in.txt", ["the dog runs", "grass", "children playing"])
     terms = write_lines(tmp_path / "terms.txt", ["green\tthe dog", "", "outside\r"])
     out = tmp_path / "out.txt"
     base = ["translate", "--model", str(model), "--input", str(source), "--beam", "3"]
     main([*base, "--terms", str(terms), "--output", str(out)])
-    assert asked == [([["green", "the dog"], [""], ["outside"]], 3)]  # the CR dropped
+    assert asked == [([["green", "the dog"], [""], ["outside"]], 3, 3)]  # the CR dropped
     first, second, third = out.read_text(encoding="utf-8").splitlines()
     assert "green" in first.split() and "the dog" in first and "outside" in third.split()
     main([*base, "--output", str(out)])
@@ -265,7 +376,7 @@ def test_the_command_line_reads_a_lines_terms_tab_separated(tmp_path, monkeypatc
     main([*base, "--terms", str(terms), "--alignments", "--output", str(out)])
     assert "outside" in out.read_text(encoding="utf-8").splitlines()[2].split(" ||| ")[0]
     main([*base[:-2], "--terms", str(terms), "--output", str(out)])
-    assert asked[-1][1] == TERMS_BEAM  # no --beam: the run's 4 widened, terms placed better
+    assert asked[-1][1:] == (4, 8)  # no --beam: the run's own, terms_beam 8 for lines with terms
     write_lines(terms, ["dog", "grass"])
     with pytest.raises(SystemExit, match=r"--terms .* has 2 lines, the input 3"):
         main([*base, "--terms", str(terms)])

@@ -223,9 +223,7 @@ class TrainConfig:
         _require(self.late_dropout >= 0, "train.late_dropout must be >= 0 (0: dropout throughout)")
         _require(0.0 <= self.rdrop < float("inf"), "train.rdrop must be >= 0 and finite (0: off)")
         _require(self.rdrop_after >= 0, "train.rdrop_after must be >= 0 (0: from the start)")
-        _require(
-            self.rdrop > 0 or not self.rdrop_after, "train.rdrop_after needs train.rdrop above 0"
-        )
+        _require(self.rdrop > 0 or not self.rdrop_after, "train.rdrop_after needs train.rdrop > 0")
         _require(self.accumulate > 0, "train.accumulate must be positive")
         _require(self.max_steps > 0, "train.max_steps must be positive")
         _require(self.max_epochs >= 0, "train.max_epochs must be >= 0 (0: no limit)")
@@ -253,6 +251,7 @@ class DecodeConfig:
     # Parsing: search only trees over exactly the input's words (decoding/constraints.py);
     # off, the paper's search, whose malformed outputs are repaired afterwards.
     constrained: bool = False
+    terms_beam: int = 8  # the least beam for a sentence with terms (decoding/terms.py)
 
     def __post_init__(self) -> None:
         check_types(self, "decode")

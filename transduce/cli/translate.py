@@ -87,8 +87,8 @@ def _add_guide_arguments(p) -> None:
         type=Path,
         help="a file of terms, one line a line of the input: phrases separated by tabs ('' for "
         "none), each of which its output must hold, e.g. a glossary's translations (lexically "
-        "constrained beam search; beam 8 unless --beam says otherwise: a wider beam places "
-        "them better)",
+        "constrained beam search; such a line's beam is the run's decode.terms_beam, 8, "
+        "unless --beam says otherwise: a wider beam places them better)",
     )
     group.add_argument(
         "--glossary",
@@ -159,17 +159,18 @@ def _translate(args) -> None:
         raise ValueError(f"--buffer-size {args.buffer_size}: translate at least 1 line at a time")
     # A bad model fails here, before any input is read.
     translator = Translator.load(args.model, args.checkpoint, args.device, int8=args.int8)
+    if glossary is not None:
+        glossary.check(translator.vocab)
     reverse = Translator.load(args.channel, device=args.device) if args.channel else None
     given = {
         "beam_size": args.beam,
+        "terms_beam": args.beam,  # the beam asked for, terms or not; else the run's wider one
         "alpha": args.alpha,
         "n_best": None if sampling else args.n_best,  # samples are counted by `sampling`
         "max_len_b": args.max_len_b,
         "batch_size": args.batch_size,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
-    if (args.terms or args.glossary) and args.beam is None:
-        decode = _beam_for_terms(decode)
     side_files = _side_files(args)
     groups = _groups(args, side_files)
     output, links, done = _Sink(args.output), _Sink(args.alignments_out), 0
@@ -177,7 +178,7 @@ def _translate(args) -> None:
         for lines in groups:
             guides = {name: file.of_group(done, len(lines)) for name, file in side_files.items()}
             if glossary is not None:
-                guides["terms"] = glossary.terms(lines, guides.get("terms"))
+                guides["terms"] = _with_glossary(glossary, lines, guides.get("terms"), done)
             drawn = sampling and _group_sampling(sampling, done)
             if aligned:
                 text, pairs = _aligned(translator, lines, decode, args, guides)
@@ -295,14 +296,17 @@ class _PerLine:
                 "give one a line ('' for none)")  # fmt: skip
 
 
-def _beam_for_terms(decode):
-    """The run's beam, widened to TERMS_BEAM: terms are placed better in a wider beam."""
-    from ..decoding.terms import TERMS_BEAM
+def _with_glossary(glossary, lines: list[str], given, done: int) -> list[list[str]]:
+    """Each line's terms with those of the glossary entries it uses, at most MAX_TERMS in
+    all: a line that uses more keeps the first it uses, said once a line."""
+    from ..decoding.terms import MAX_TERMS
 
-    if decode.beam_size >= TERMS_BEAM:
-        return decode
-    logger.info("terms: beam %d, not the run's %d (--beam chooses)", TERMS_BEAM, decode.beam_size)
-    return replace(decode, beam_size=TERMS_BEAM)
+    terms, every = glossary.terms(lines, given, MAX_TERMS), glossary.terms(lines, given)
+    for number, (kept, all_) in enumerate(zip(terms, every, strict=True), start=done + 1):
+        if len(kept) < len(all_):
+            logger.warning("line %d: %d terms with the glossary's, the first %d kept", number,
+                           len(all_), MAX_TERMS)  # fmt: skip
+    return terms
 
 
 def _glossary(path: Path | None):

@@ -49,7 +49,11 @@ def scored_candidates(
     none. Decoded and scored once, to be re-ranked at any weight (`rerank`)."""
     decode = decode or forward.decode
     every = replace(decode, n_best=decode.beam_size)
-    found = forward.translate(lines, every, prefixes=prefixes, terms=terms)
+    found = forward.hypotheses(lines, every, prefixes=prefixes, terms=terms)
+    # Candidates that lack a term (ended by the length limit) are not candidates beside those
+    # that hold them all, whatever the channel says.
+    found = [[(text, h.score) for text, h in hyps if h.missing == min(x.missing for _, x in hyps)]
+             for hyps in found]  # fmt: skip
     todo = [i for i, line in enumerate(lines) if line.strip()]
     candidates = [text for i in todo for text, _ in found[i]]
     explained = [lines[i] for i in todo for _ in found[i]]

@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..data.bpe import Vocab
+
 
 class Glossary:
     """Source phrase -> its translation, matched in lines as whole words, case ignored."""
@@ -62,10 +64,30 @@ class Glossary:
                  for m in self._pattern.finditer(line.casefold()))  # fmt: skip
         return list(dict.fromkeys(found))
 
-    def terms(self, lines: Sequence[str], given: Sequence[Sequence[str]] | None = None):
-        """Each line's terms: those `given` for it (if any), then the glossary's."""
+    def terms(
+        self,
+        lines: Sequence[str],
+        given: Sequence[Sequence[str]] | None = None,
+        most: int | None = None,
+    ) -> list[list[str]]:
+        """Each line's terms: those `given` for it (if any), then the glossary's, these up to
+        `most` terms in all (a line that uses many entries keeps those it uses first)."""
         given = given if given is not None else [[] for _ in lines]
         if len(given) != len(lines):
             raise ValueError(f"{len(given)} term lists for {len(lines)} lines: give one each")
-        return [list(dict.fromkeys([*own, *self.terms_of(line)]))
-                for line, own in zip(lines, given, strict=True)]  # fmt: skip
+        terms = []
+        for line, own in zip(lines, given, strict=True):
+            added = [t for t in self.terms_of(line) if t not in own]
+            room = len(added) if most is None else max(most - len(own), 0)
+            terms.append([*own, *added[:room]])
+        return terms
+
+    def check(self, vocab: Vocab) -> None:
+        """ValueError naming the translations with characters `vocab` lacks: no output of its
+        model could hold them (found now, not at the line that first uses one)."""
+        bad = {t: vocab.lacking(c for c in t if not c.isspace()) for t in self.entries.values()}
+        bad = {t: "".join(chars) for t, chars in bad.items() if chars}
+        if bad:
+            named = ", ".join(f"{t!r} ({chars!r})" for t, chars in list(bad.items())[:5])
+            raise ValueError(f"{len(bad)} glossary translation(s) with characters the model's "
+                             f"vocabulary lacks: {named}")  # fmt: skip

@@ -24,6 +24,7 @@ class Hypothesis:
     tokens: list[int]  # without BOS and EOS
     log_prob: float  # log P(tokens, EOS | source)
     score: float  # log_prob / length_penalty(len(tokens) + 1): EOS is a token
+    missing: int = 0  # terms it lacks (`decoding/terms.py`): ended by the length limit
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -205,10 +206,11 @@ def _first_live(top: tuple[Tensor, Tensor, Tensor], is_eos: Tensor, k: int):
 def _n_best(ended: list[list[Hypothesis]], n: int, terms: TermConstraint | None):
     """Each sentence's n best ended hypotheses, best score first; with terms, those holding
     every phrase first (the others ended at the length limit)."""
-    if terms is None:
-        return [sorted(h, key=lambda hyp: -hyp.score)[:n] for h in ended]
-    return [sorted(h, key=lambda hyp: (terms.missing(s, hyp.tokens), -hyp.score))[:n]
-            for s, h in enumerate(ended)]  # fmt: skip
+    if terms is not None:
+        for s, hypotheses in enumerate(ended):
+            for hypothesis in hypotheses:
+                hypothesis.missing = terms.missing(s, hypothesis.tokens)
+    return [sorted(h, key=lambda hyp: (hyp.missing, -hyp.score))[:n] for h in ended]
 
 
 def _best_extensions(scores: Tensor, log_probs: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -33,19 +33,14 @@ from ..data.bpe import Vocab
 from .constraints import WORD_START, Constraint
 
 MAX_TERMS = 16  # phrases a sentence: the search widens by one candidate a phrase a hypothesis
-# The beam the command line and the server take when terms are given and no beam is asked for:
-# each bank gets a share of the beam, and at 4 the most advanced one holds a hypothesis or two
-# (en->de `tiny`, one or two terms a line: test BLEU +1.6 / +4.4 over beam 4, 1.6x the time;
-# RESULTS.md "Terms"). The Python API decodes with the beam it is given.
-TERMS_BEAM = 8
 
 
 @dataclass(frozen=True)
 class Terms:
-    """One sentence's phrases as token ids. `whole[i]`: phrase i ends a word, so what follows
-    it may not glue onto it ("iglu" is no term in "igluft"); `glue` (V,) the pieces that would
-    (a letter or digit of a spaced script that starts no word). A phrase ending in a script
-    written without spaces (Japanese, Chinese, Thai) may be followed by anything."""
+    """One sentence's phrases as token ids. `whole[i]`: phrase i ends a word, so a piece glued
+    onto it does not meet it ("iglu" is no term in "igluft"); `glue` (V,) the pieces that glue
+    (a letter, digit or mark of a spaced script that starts no word). A phrase ending in a
+    script written without spaces (Japanese, Chinese, Thai) may be followed by anything."""
 
     phrases: tuple[tuple[int, ...], ...] = ()
     whole: tuple[bool, ...] = ()
@@ -79,16 +74,41 @@ def parse_terms(
             if lacking := vocab.lacking(c for c in text if not c.isspace()):
                 raise ValueError(f"term {text!r} of line {number}: the model's vocabulary "
                                  f"lacks {''.join(lacking)!r}: no output can hold it")  # fmt: skip
-        phrases = tuple(tuple(ids) for ids in vocab.encode(texts)) if texts else ()
+        encoded = vocab.encode(texts) if texts else []
+        phrases = tuple(_glued(vocab, ids) if _unspaced(text[0]) else tuple(ids)
+                        for text, ids in zip(texts, encoded, strict=True))  # fmt: skip
         whole = tuple(_spaced(text[-1]) for text in texts)
         parsed.append(Terms(phrases, whole, _gluing(vocab)))
     return parsed
 
 
+UNSPACED = ("CJK", "HIRAGANA", "KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR", "TIBETAN")
+
+
 def _spaced(char: str) -> bool:
-    """A letter or digit of a script that separates words by spaces."""
-    unspaced = ("CJK", "HIRAGANA", "KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR", "TIBETAN")
-    return char.isalnum() and not unicodedata.name(char, "").startswith(unspaced)
+    """A letter, digit or mark (an Indic vowel sign) of a script that separates words by
+    spaces."""
+    word = char.isalnum() or unicodedata.category(char).startswith("M")
+    return word and not unicodedata.name(char, "").startswith(UNSPACED)
+
+
+def _unspaced(char: str) -> bool:
+    """A letter of a script written without spaces between words."""
+    return char.isalnum() and unicodedata.name(char, "").startswith(UNSPACED)
+
+
+def _glued(vocab: Vocab, ids: Sequence[int]) -> tuple[int, ...]:
+    """A phrase as running text without spaces holds it: encoded alone, its first piece starts
+    a word ("▁犬", or "▁" then "犬"), which inside a Japanese sentence it does not ("私は犬が"):
+    that mark dropped, where the vocabulary has the piece without it."""
+    first = vocab.pieces([ids[0]])[0]
+    if first == WORD_START and len(ids) > 1:
+        return tuple(ids[1:])
+    if first.startswith(WORD_START) and len(first) > 1:
+        glued = vocab.piece_ids([first[1:]])[0]
+        if glued != vocab.unk:
+            return (glued, *ids[1:])
+    return tuple(ids)
 
 
 @functools.lru_cache(maxsize=4)
@@ -100,26 +120,33 @@ def _gluing(vocab: Vocab) -> Tensor:
                          _spaced(piece[:1] or " ") for i, piece in enumerate(pieces)])  # fmt: skip
 
 
-def contains(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
-    n = len(phrase)
-    return any(tuple(tokens[i : i + n]) == tuple(phrase) for i in range(len(tokens) - n + 1))
+def contains(tokens: Sequence[int], phrase: Sequence[int], glued: set[int] = frozenset()) -> bool:
+    """Whether `phrase` occurs in `tokens`, not followed by a token of `glued`."""
+    n, tokens, phrase = len(phrase), list(tokens), list(phrase)
+    return any(tokens[i : i + n] == phrase and (i + n == len(tokens) or tokens[i + n] not in glued)
+               for i in range(len(tokens) - n + 1))  # fmt: skip
 
 
 def _transitions(phrase: Sequence[int], width: int) -> list[list[int]]:
     """For each progress p (tokens of the phrase matched) and each position j of the phrase:
     the progress after the token phrase[j] comes, the longest start of the phrase that ends the
-    matched text (a mismatch need not lose everything: "a a b" after "a a a")."""
-    n, table = len(phrase), []
-    for p in range(width + 1):
-        row = []
-        for j in range(width):
-            if p >= n or j >= n:
-                row.append(0)
-                continue
-            text = [*phrase[:p], phrase[j]]
-            row.append(max(q for q in range(min(p + 1, n) + 1) if text[len(text) - q :] ==
-                           list(phrase[:q])))  # fmt: skip
-        table.append(row)
+    matched text (a mismatch need not lose everything: "a a b" after "a a a"). The automaton
+    of Knuth, Morris and Pratt: after a mismatch at p, what the longest start of the phrase
+    that ends its first p tokens would do. Rows from the phrase's length on are 0 (met)."""
+    n = len(phrase)
+    border = [0] * n  # border[i]: the longest proper start of phrase[: i + 1] that ends it
+    for i in range(1, n):
+        k = border[i - 1]
+        while k and phrase[i] != phrase[k]:
+            k = border[k - 1]
+        border[i] = k + (phrase[i] == phrase[k])
+    table = [[0] * width for _ in range(width + 1)]
+    for p in range(n):
+        for j in range(n):
+            if phrase[p] == phrase[j]:
+                table[p][j] = p + 1
+            elif p:
+                table[p][j] = table[border[p - 1]][j]
     return table
 
 
@@ -142,22 +169,26 @@ class TermConstraint:
         self.tokens, self.lengths = self.tokens.to(device), self.lengths.to(device)
         self.step_to, self.whole, self.width = self.step_to.to(device), self.whole.to(device), width
         glue = next((t.glue for t in terms if t.glue is not None), None)
-        self.gluing = None if glue is None else glue.nonzero().flatten().to(device)  # ids
+        self.glues = None if glue is None else glue.to(device)  # (V,)
         self.eos, self.terms = eos, list(terms)
         self.needed = self.lengths.sum(dim=1)  # (B,) tokens to meet every phrase
         self.sentence = torch.arange(len(terms), device=device)  # the sentence of each row
         self.progress = torch.zeros(len(terms), count, dtype=torch.long, device=device)
-        self.just_met = torch.zeros(len(terms), dtype=torch.bool, device=device)  # a whole one
+        self.just_met = torch.zeros(len(terms), count, dtype=torch.bool, device=device)
+        self.phrase = torch.arange(count, device=device)
 
     def restrict(self, log_probs: Tensor, room: Tensor) -> None:
         """A row may end only once it has met every phrase (at its length limit it must end
         all the same: the search forces that after), and a phrase it has just met ends a word
-        unless written without spaces."""
+        unless the row can do nothing else (a prefix that goes on spelling it, "dogs" for
+        "dog": then the phrase is undone and to be met again)."""
         unmet = (self.progress < self.lengths[self.sentence]).any(dim=1)
         log_probs[unmet & (room > 0), self.eos] = float("-inf")
-        if self.gluing is not None and bool(self.just_met.any()):
-            rows = self.just_met.nonzero()  # (n, 1): each with every gluing piece
-            log_probs[rows, self.gluing] = float("-inf")
+        if self.glues is not None and bool(self.just_met.any()):
+            rows = self.just_met.any(dim=1).nonzero().flatten()
+            ended = log_probs[rows].masked_fill(self.glues, float("-inf"))
+            can = (ended > float("-inf")).any(dim=1)
+            log_probs[rows[can]] = ended[can]
 
     def reorder(self, rows: Tensor) -> None:
         self.sentence, self.progress = self.sentence[rows], self.progress[rows]
@@ -168,17 +199,21 @@ class TermConstraint:
         progress = self._progressed(rows, tokens)
         lengths = self.lengths[self.sentence]
         met_now = (progress >= lengths) & (self.progress < lengths) & self.whole[self.sentence]
-        self.progress, self.just_met = progress, met_now.any(dim=1)
+        self.progress, self.just_met = progress, met_now
 
     def _progressed(self, rows: Tensor, tokens: Tensor) -> Tensor:
-        """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`."""
+        """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`. A met phrase
+        stays met, unless the token glues onto a phrase met just before, which ends a word:
+        "Hund" then "e" is "Hunde", no term "Hund", and the phrase is to be met again."""
         sentence, progress = self.sentence[rows], self.progress[rows]
         match = self.tokens[sentence] == tokens[:, None, None]  # (N, C, L)
         position = match.int().argmax(dim=2)  # the first place the token has in the phrase
-        moved = self.step_to[sentence].gather(2, (progress * self.width + position)[..., None])
-        moved = torch.where(match.any(dim=2), moved.squeeze(2), 0)
-        lengths = self.lengths[sentence]
-        return torch.where(progress >= lengths, progress, moved)  # a met phrase stays met
+        moved = self.step_to[sentence[:, None], self.phrase, progress * self.width + position]
+        moved = torch.where(match.any(dim=2), moved, 0)
+        kept = torch.where(progress >= self.lengths[sentence], progress, moved)
+        if self.glues is None:
+            return kept
+        return kept.masked_fill(self.just_met[rows] & self.glues[tokens][:, None], 0)
 
     def _bank(self, progress: Tensor, sentence: Tensor) -> Tensor:
         """Phrase tokens met: every met phrase's, and the furthest progress of an unmet one."""
@@ -236,8 +271,11 @@ class TermConstraint:
         return scores.gather(1, order), rows.gather(1, order), tokens.gather(1, order)
 
     def missing(self, sentence: int, tokens: Sequence[int]) -> int:
-        """How many of the sentence's phrases `tokens` lacks."""
-        return sum(not contains(tokens, phrase) for phrase in self.terms[sentence].phrases)
+        """How many of the sentence's phrases `tokens` lacks (a whole one glued onto lacks)."""
+        terms = self.terms[sentence]
+        glued = set() if self.glues is None else set(self.glues.nonzero().flatten().tolist())
+        return sum(not contains(tokens, phrase, glued if whole else set())
+                   for phrase, whole in zip(terms.phrases, terms.whole, strict=True))  # fmt: skip
 
 
 def _without_repeats(scores: Tensor, rows: Tensor, tokens: Tensor, vocabulary: int) -> Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -57,17 +58,28 @@ def decode_ids(
     int8 = nullcontext() if int8_weights is None else int8_products(int8_weights)
     generator = sampling.generator(device) if sampling else None
     with packed_for_inference(packed_weights), int8:
-        for start in range(0, len(order), decode.batch_size):
-            chunk = order[start : start + decode.batch_size]
-            forced = None if prefixes is None else [prefixes[i] for i in chunk]
-            held = None if terms is None else [terms[i] for i in chunk]
-            found = _decode_batch(
-                model, vocab, [sources[i] for i in chunk], decode, device, sampling, generator,
-                forced if forced and any(forced) else None, held if held and any(held) else None,
-            )  # fmt: skip
-            for i, hyps in zip(chunk, found, strict=True):
-                results[i] = hyps
+        for indices, settings in _beams(order, decode, terms if sampling is None else None):
+            for start in range(0, len(indices), settings.batch_size):
+                chunk = indices[start : start + settings.batch_size]
+                forced = None if prefixes is None else [prefixes[i] for i in chunk]
+                held = None if terms is None else [terms[i] for i in chunk]
+                found = _decode_batch(
+                    model, vocab, [sources[i] for i in chunk], settings, device, sampling,
+                    generator, forced if forced and any(forced) else None,
+                    held if held and any(held) else None,
+                )  # fmt: skip
+                for i, hyps in zip(chunk, found, strict=True):
+                    results[i] = hyps
     return results
+
+
+def _beams(order: list[int], decode: DecodeConfig, terms: list[Terms] | None):
+    """The sentences (in `order`) to search with each beam: those with terms with at least
+    `decode.terms_beam`, the others with `decode.beam_size`."""
+    if terms is None or decode.terms_beam <= decode.beam_size or not any(terms):
+        return [(order, decode)]
+    wide = replace(decode, beam_size=decode.terms_beam)
+    return [([i for i in order if terms[i]], wide), ([i for i in order if not terms[i]], decode)]
 
 
 def _decode_batch(
@@ -188,7 +200,8 @@ class Translator:
         perhaps unfinished, completed by the search (`decoding/prefix.py`); the texts include it,
         the scores count its tokens. `terms`: one list of phrases per line ([] for none), each
         of which every output of it must hold, a glossary's translation say (lexically
-        constrained decoding, `decoding/terms.py`; beam search only).
+        constrained decoding, `decoding/terms.py`; beam search only, at least
+        `decode.terms_beam` wide for a line with terms).
         """
         found = self.hypotheses(lines, decode, sampling, prefixes, terms)
         return [[(text, h.score) for text, h in hyps] for hyps in found]

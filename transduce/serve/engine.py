@@ -109,7 +109,8 @@ class ModelFacts:
         self, beam_size: int | None, n_best: int, max_len_b: int | None
     ) -> DecodeConfig:
         """The run's decoding settings with the request's; BadRequest if they do not fit."""
-        given = {"beam_size": beam_size, "max_len_b": max_len_b}
+        # A beam asked for is the beam of sentences with terms too; else theirs is wider.
+        given = {"beam_size": beam_size, "terms_beam": beam_size, "max_len_b": max_len_b}
         settings = {k: v for k, v in given.items() if v is not None}
         beam = settings.get("beam_size", self.decode.beam_size)
         if n_best > beam:

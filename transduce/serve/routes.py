@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 
 from ..decoding.glossary import Glossary
 from ..decoding.sampling import Sampling
-from ..decoding.terms import TERMS_BEAM
+from ..decoding.terms import MAX_TERMS
 from .batcher import Job, QueueFull
 from .engine import AttentionWork, BadRequest, ScoreWork, TranslateWork
 from .schemas import (
@@ -103,9 +103,6 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
         counts = _checked(server.facts.guided_lengths, prefixes, terms)
         kind = " and ".join(k for k, given in (("prefix", prefixes), ("terms", terms)) if given)
         _within_limit(server, counts, kind, "may take")  # an unfinished word: a piece a letter
-    if terms is not None and body.beam_size is None:  # placed better in a wider beam
-        beam = min(max(decode.beam_size, TERMS_BEAM), server.settings.max_beam)
-        decode = replace(decode, beam_size=beam)
     work = TranslateWork(lines, decode, body.alignments, prefixes, sampling, terms)
     run = server.engine.translate
     # Sampled work is never merged with other requests: its seed draws what `transduce translate
@@ -185,7 +182,8 @@ def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int 
         raise HTTPException(422, f"beam_size={beam_size} exceeds the limit {settings.max_beam}")
     if max_len_b is not None and max_len_b > settings.max_len_b:
         raise HTTPException(422, f"max_len_b={max_len_b} exceeds the limit {settings.max_len_b}")
-    return _checked(server.facts.decode_config, beam_size, n_best, max_len_b)
+    decode = _checked(server.facts.decode_config, beam_size, n_best, max_len_b)
+    return replace(decode, terms_beam=min(decode.terms_beam, settings.max_beam))
 
 
 def _sampling(server, options) -> Sampling | None:
@@ -214,7 +212,7 @@ def _terms_with_glossary(body: TranslateRequest) -> list[list[str]] | None:
         glossary = Glossary(body.glossary.items())
     except ValueError as error:
         raise HTTPException(422, str(error)) from error
-    terms = glossary.terms(body.lines, body.term_lines)
+    terms = glossary.terms(body.lines, body.term_lines, MAX_TERMS)  # those a text uses first
     return terms if any(terms) else None
 
 
