@@ -20,6 +20,7 @@ def test_source_phrases_match_as_whole_words_whatever_their_case():
     assert glossary.terms_of("a hot dog and a dog") == ["Hotdog", "Hund"]  # longest first
     assert glossary.terms_of("HOT DOG") == ["Hotdog"]
     assert glossary.terms_of("in der STRASSE") == ["street"]  # case folded as Unicode does
+    assert Glossary([("café", "Kaffee")]).terms_of("un cafe\u0301 noir") == ["Kaffee"]  # NFD
     assert glossary.terms_of("to New\tYork, the dog's bone") == ["New York", "Hund"]  # not "neu"
     assert glossary.terms_of("a new dog") == ["neu", "Hund"]
     assert Glossary([]).terms_of("anything") == []

@@ -3,16 +3,23 @@ them. A line that holds a glossary's source phrase gets its translation as a ter
 (`decoding/terms.py`), as a translation service's glossary works (DeepL, ModernMT): the user
 keeps one file for a client or a domain instead of writing the terms of every line.
 
-A source phrase matches as whole words, whatever their case ("Dog" and "dog", not "dogma"); a
-longer entry that matches wins over one inside it ("hot dog" over "dog")."""
+A source phrase matches as whole words, whatever their case or Unicode composition ("Dog" and
+"dog", not "dogma"); matches do not overlap, the first in the line first, and at one place the
+longer entry wins ("hot dog" rather than "hot")."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..data.bpe import Vocab
+
+
+def _folded(text: str) -> str:
+    """Text as it is matched: composed (NFC), then case-folded ("Straße" as "strasse")."""
+    return unicodedata.normalize("NFC", text).casefold()
 
 
 class Glossary:
@@ -25,11 +32,11 @@ class Glossary:
             if not source or not target:
                 raise ValueError(f"glossary entry {number}: a source phrase and its translation, "
                                  f"both non-empty (got {source!r} -> {target!r})")  # fmt: skip
-            known = self.entries.get(source.casefold())
+            known = self.entries.get(_folded(source))
             if known is not None and known != target:
                 raise ValueError(f"glossary entry {number}: {source!r} is translated both "
                                  f"{known!r} and {target!r}")  # fmt: skip
-            self.entries[source.casefold()] = target
+            self.entries[_folded(source)] = target
         # Longest first, so that a longer phrase is matched before a phrase inside it.
         sources = sorted(self.entries, key=len, reverse=True)
         words = [r"\s+".join(map(re.escape, source.split())) for source in sources]
@@ -61,7 +68,7 @@ class Glossary:
         if not self.entries:
             return []
         found = (self.entries[" ".join(m.group().split())]
-                 for m in self._pattern.finditer(line.casefold()))  # fmt: skip
+                 for m in self._pattern.finditer(_folded(line)))  # fmt: skip
         return list(dict.fromkeys(found))
 
     def terms(

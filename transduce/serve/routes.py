@@ -109,6 +109,8 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     # --sampling --seed` draws for its lines.
     key = ("translate", decode) if sampling is None else object()
     rows = decode.beam_size if sampling is None else sampling.samples
+    if terms is not None:  # its lines with terms are searched with the wider terms_beam
+        rows = max(rows, decode.terms_beam)
     job = _job(server, work, key, run, len(lines), tokens, rows)
     found = await _result_of(request, server, job, started)
     if isinstance(found, Response):
