@@ -1,6 +1,6 @@
 """Glossaries (`decoding/glossary.py`, `translate --glossary`, the server's `glossary`): a line
 that uses a source phrase gets its translation as a term, matched as whole words, case ignored,
-the longer entry first."""
+the longer entry first; and `term_use` (`evaluate --terms`), the share of terms an output holds."""
 
 from __future__ import annotations
 
@@ -93,3 +93,29 @@ def test_a_line_using_more_entries_than_terms_allows_keeps_the_first(tmp_path, c
               str(glossary), "--output", str(out), "--beam", "1"])  # fmt: skip
     assert len(out.read_text(encoding="utf-8").splitlines()) == 2
     assert f"line 1: 18 terms with the glossary's, the first {MAX_TERMS} kept" in caplog.text
+
+
+def test_term_use_counts_terms_held_as_whole_words_and_evaluate_reports_it(tmp_path, capsys):
+    """Exact-match term use: "Hund" is held by "Der Hund." but not by "Hunde", a phrase across
+    any spaces, case kept unless lowercased, composed (NFC) either way; `evaluate --terms`."""
+    from transduce import term_use
+
+    hypotheses = ["Der Hund. Ein  roter Ball", "Hunde laufen", "der hund", "un cafe\u0301"]
+    terms = [["Hund", "roter Ball"], ["Hund"], ["Hund", ""], ["café"]]
+    assert term_use(hypotheses, terms).score == pytest.approx(100 * 3 / 5)
+    assert term_use(hypotheses, terms, lowercase=True).score == pytest.approx(100 * 4 / 5)
+    with pytest.raises(ValueError, match="4 hypotheses but 1 term lines"):
+        term_use(hypotheses, terms[:1])
+    with pytest.raises(ValueError, match="no terms to count"):
+        term_use(["a"], [[""]])
+    hyp = write_lines(tmp_path / "hyp.txt", hypotheses)
+    ref = write_lines(tmp_path / "ref.txt", ["Der Hund. Ein roter Ball", "Hunde", "der hund", "x"])
+    path = write_lines(tmp_path / "terms.txt", ["\t".join(t) for t in terms])
+    main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--terms", str(path)])
+    assert "term use = 60.00 (3 of 5 terms held as whole words)" in capsys.readouterr().out
+    write_lines(path, ["Hund"])
+    with pytest.raises(SystemExit, match=r"has 1 lines, --hyp .* 4"):
+        main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--terms", str(path)])
+    with pytest.raises(SystemExit, match="--terms counts terms in translations"):
+        main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--terms", str(path), "--task",
+              "parse"])  # fmt: skip

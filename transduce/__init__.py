@@ -42,7 +42,7 @@ from .models import Seq2Seq, build_model, count_parameters
 from .models.saved import load_model, load_vocab
 from .presets import base, big, preset, rnn, rnn_small, rnn_tiny, small, table3, tiny
 from .tasks import get_task
-from .tasks.metrics import Score, bleu, chrf
+from .tasks.metrics import Score, bleu, chrf, term_use
 from .training.loop import Trainer, TrainingError, train
 from .training.warm_start import settings_to_fine_tune
 from .viz import explain, translate_with_alignments
@@ -118,6 +118,7 @@ __all__ = [
     "settings_to_fine_tune",
     "small",
     "table3",
+    "term_use",
     "tiny",
     "train",
     "translate",

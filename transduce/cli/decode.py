@@ -139,6 +139,12 @@ def _add_evaluate(verbs) -> None:
         help="translation: lowercased BLEU on whitespace tokens, as published Multi30k results",
     )
     p.add_argument(
+        "--terms",
+        type=Path,
+        help="translation: also the share of these terms the output holds as whole words, one "
+        "line a line of --hyp, phrases separated by tabs (as `translate --terms`)",
+    )
+    p.add_argument(
         "--gold-tags",
         action="store_true",
         help="parse: score with the gold POS tags (automatic when every output tag is XX)",
@@ -147,6 +153,9 @@ def _add_evaluate(verbs) -> None:
 
 
 def _evaluate(args) -> None:
+    if args.terms is not None and (args.task != "translation" or args.alignments):
+        raise ValueError("--terms counts terms in translations: leave it out with --task parse "
+                         "and --alignments")  # fmt: skip
     if args.alignments:
         from ..viz.alignment import aer_of_files
 
@@ -172,5 +181,18 @@ def _evaluate(args) -> None:
         raise ValueError(
             f"{error} (test trees: --hyp {args.hyp}, gold: --ref {args.ref})"
         ) from error
+    if args.terms is not None:
+        scores.append(_term_use(args, pair.src))
     for score in scores:
         sys.stdout.write(f"{score}\n")
+
+
+def _term_use(args, hypotheses: list[str]):
+    from ..data.corpus import read_lines
+    from ..tasks.metrics import term_use
+
+    lines = [line.removesuffix("\r").split("\t") for line in read_lines(args.terms)]
+    if len(lines) != len(hypotheses):
+        raise ValueError(f"--terms {args.terms} has {len(lines)} lines, --hyp {args.hyp} "
+                         f"{len(hypotheses)}: one a line ('' for none)")  # fmt: skip
+    return term_use(hypotheses, lines, lowercase=args.lowercase_tokenized)
