@@ -5,6 +5,7 @@ the right direction; weight 0 is the beam's own order."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from transduce.cli import main
 from transduce.config import DecodeConfig
@@ -103,3 +104,67 @@ def test_contradicting_flags_are_refused_named(tmp_path, flags, message):
     flags = [flag.format(model=model) for flag in flags]
     with pytest.raises(SystemExit, match=message):
         main(["translate", "--model", str(model), "--input", str(source), *flags])
+
+
+def test_the_server_reranks_with_its_channel_model(tmp_path):
+    """`serve --channel`: a request with `channel_weight` gets what `channel_rerank` gives
+    offline (merged with another of the same weight), one without it the beam's own; the
+    weight is refused, 422, by a server without a channel, and with sampling or alignments."""
+    httpx = pytest.importorskip("httpx", reason="the dev extra")
+    pytest.importorskip("fastapi", reason="the serve extra")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from transduce.decoding.translate import Translator
+    from transduce.serve.engine import Engine
+    from transduce.serve.server import Background
+    from transduce.serve.settings import ServeSettings
+
+    from .conftest import tiny_model
+
+    forward = toy_translator(tmp_path, dtype=torch.float32)
+    reverse_model = tiny_model(seed=9, vocab_size=forward.vocab.size)
+    reverse = Translator(reverse_model.float(), forward.vocab, DECODE, forward.device)
+    engine = Engine(forward, "toy", reverse=reverse, reverse_name="rev")
+    decode = forward.decode
+    lines = [line for line in LINES if line]
+    offline = channel_rerank(forward, reverse, lines, 5.0, decode)
+    weighed = {"channel_weight": 5.0}
+    bodies = [{"texts": lines[:2], **weighed}, {"text": lines[2], **weighed}]
+    settings = ServeSettings(port=0, batch_wait_ms=50)
+    with Background(engine, settings) as url, httpx.Client(base_url=url) as client:
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda b: client.post("/v1/translate", json=b).json(), bodies))
+        got = [t for answer in answers for t in answer["translations"]]
+        assert [(t["text"], t["score"]) for t in got] == [
+            (hyps[0][0], pytest.approx(hyps[0][1])) for hyps in offline]  # fmt: skip
+        plain = client.post("/v1/translate", json={"texts": lines}).json()["translations"]
+        assert [t["text"] for t in plain] == [h[0][0] for h in forward.translate(lines)]
+        assert client.get("/v1/models").json()["models"][0]["channel"] == "rev"
+        for body, says in [
+            ({"text": "dog", "channel_weight": -1}, "greater than or equal"),
+            ({"text": "dog", "channel_weight": 1, "alignments": True}, "leave out"),
+            ({"text": "dog", "channel_weight": 1, "sampling": {}}, "leave out"),
+        ]:
+            answer = client.post("/v1/translate", json=body)
+            assert answer.status_code == 422 and says in answer.text
+    with Background(Engine(forward, "toy"), settings) as url, httpx.Client(base_url=url) as client:
+        answer = client.post("/v1/translate", json={"text": "dog", "channel_weight": 0.1})
+        assert answer.status_code == 422 and "no channel model" in answer.text
+
+
+def test_serve_loads_the_channel_in_its_decoding_process(tmp_path):
+    """`serve --channel` with the default process decoder: the child loads the reverse model
+    too, and re-ranks as the thread decoder does."""
+    pytest.importorskip("fastapi", reason="the serve extra")
+    from transduce.serve.engine import Engine, TranslateWork
+    from transduce.serve.worker import DecoderProcess
+
+    model = save_toy_model(tmp_path)
+    decoder = DecoderProcess(model, threads=1, channel=model)
+    try:
+        assert decoder.facts.channel == "toy.pt"
+        work = TranslateWork(["the dog runs"], DECODE, False, channel_weight=2.0)
+        here = Engine.load(model, channel=model).translate([work])
+        assert decoder.translate([work]) == here
+    finally:
+        decoder.close()

@@ -247,5 +247,5 @@ def test_the_decoding_process_sets_torchs_threads_as_asked_before_it_loads(monke
     finally:
         signal.signal(signal.SIGINT, before)  # the child ignores Ctrl-C; this process must not
     assert ours.recv() == ("ok", "the facts")
-    load = ("load", (["m.pt"], "cpu", False))
+    load = ("load", (["m.pt"], "cpu", False, None))  # no channel model
     assert order == ([("threads", 3), load] if threads else [load])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
+from pathlib import Path
 
 from .common import add_models_argument
 
@@ -21,6 +22,13 @@ def add_verbs(verbs) -> None:
     add_models_argument(p)
     p.add_argument("--device")
     p.add_argument("--int8", action="store_true", help="CPU only: the large products in int8")
+    p.add_argument(
+        "--channel",
+        type=Path,
+        help="a model of the reverse direction: requests with `channel_weight` have the beam's "
+        "candidates re-ranked by score + weight * log P(source | candidate), as `translate "
+        "--channel`",
+    )
     p.add_argument(
         "--decoder",
         choices=("process", "thread"),
@@ -57,11 +65,12 @@ def _serve(args) -> None:
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, not {args.threads}")
     if args.decoder == "process":
-        engine = DecoderProcess(args.model, args.device, args.int8, args.threads)
+        engine = DecoderProcess(args.model, args.device, args.int8, args.threads,
+                                channel=args.channel)  # fmt: skip
     else:
         if args.threads:
             import torch
 
             torch.set_num_threads(args.threads)
-        engine = Engine.load(args.model, args.device, args.int8)
+        engine = Engine.load(args.model, args.device, args.int8, args.channel)
     serve(engine, settings, quiet=args.quiet)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..config import DecodeConfig
 from ..data.bpe import Vocab
+from ..decoding.channel import rerank, scored_candidates
 from ..decoding.prefix import parse_prefixes
 from ..decoding.sampling import Sampling
 from ..decoding.terms import parse_terms
@@ -38,6 +39,7 @@ class TranslateWork:
     prefixes: list[str] | None = None  # one a line, checked (`ModelFacts.guided_lengths`)
     sampling: Sampling | None = None  # such work comes alone: its seed draws its samples
     terms: list[list[str]] | None = None  # a list a line, checked as prefixes are
+    channel_weight: float | None = None  # re-ranked by the reverse model (a key of the batch)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class ModelFacts:
     # Why the model has no attention to show (an ensemble of models of different shapes), or None.
     no_attention: str | None = None
     task: str = "translation"  # TaskConfig.name
+    channel: str | None = None  # the reverse model's name, for `channel_weight`; None: none
 
     def guided_lengths(
         self, prefixes: list[str] | None, terms: list[list[str]] | None
@@ -122,8 +125,18 @@ class Engine:
     """A `Translator` with a name, for the server: the decoding worker's `translate` and
     `attention`, and the model's `facts`. `members`: the names of an ensemble's models."""
 
-    def __init__(self, translator: Translator, name: str, members: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        translator: Translator,
+        name: str,
+        members: Sequence[str] = (),
+        reverse: Translator | None = None,
+        reverse_name: str | None = None,
+    ) -> None:
+        """`reverse`: a model of the other direction, for noisy-channel re-ranking
+        (`decoding/channel.py`), named `reverse_name`."""
         self.translator, self.name, self.members = translator, name, list(members)
+        self.reverse, self.reverse_name = reverse, reverse_name or "reverse"
         translator.keep_packed_weights()  # request after request: not packed again for each
         layers, no_attention = self._attention_layers()
         self.facts = ModelFacts(
@@ -135,6 +148,7 @@ class Engine:
             layers,
             no_attention,
             translator.task.config.name,
+            None if reverse is None else self.reverse_name,
         )
 
     @classmethod
@@ -143,15 +157,22 @@ class Engine:
         model: Path | str | Sequence[Path | str],
         device: str | None = None,
         int8: bool = False,
+        channel: Path | str | None = None,
     ) -> Engine:
         """A run folder or a checkpoint file, named by its folder or file name; several of them,
-        their ensemble (as `transduce translate --model A --model B`), named "A+B"."""
+        their ensemble (as `transduce translate --model A --model B`), named "A+B". `channel`:
+        a model of the reverse direction, for `channel_weight` (as `translate --channel`)."""
         paths = model_paths(model)
         translator = Translator.load(paths, device=device, int8=int8)
         names = [path.name for path in paths]
         if len(set(names)) < len(names):  # runs/a/average.pt, runs/b/average.pt: a/, b/
             names = [f"{path.parent.name}/{path.name}" for path in paths]
-        return cls(translator, "+".join(names), names if len(names) > 1 else ())
+        members = names if len(names) > 1 else ()
+        if channel is None:
+            return cls(translator, "+".join(names), members)
+        reverse = Translator.load(channel, device=device)
+        reverse.keep_packed_weights()
+        return cls(translator, "+".join(names), members, reverse, Path(channel).name)
 
     def _attention_layers(self) -> tuple[int, str | None]:
         """The layers the attention views have, from one short sentence's attention
@@ -188,6 +209,8 @@ class Engine:
         }
         if self.members:  # an ensemble: its models, in the order their settings count
             described["members"] = self.members
+        if self.reverse is not None:  # `channel_weight` re-ranks with it
+            described["channel"] = self.reverse_name
         return described
 
     def translate(self, works: list[TranslateWork]) -> list[list[list[dict]]]:
@@ -206,6 +229,8 @@ class Engine:
         if works[0].sampling is not None and len(works) > 1:
             raise BadRequest("sampled work is decoded alone, so that its seed draws its samples")
         decode, sampling = works[0].decode, works[0].sampling
+        if works[0].channel_weight is not None:
+            return self._reranked(works, lines, prefixes, terms)
         found = self.translator.hypotheses(lines, decode, sampling, prefixes, terms)
         results, start = [], 0
         for work in works:
@@ -213,6 +238,23 @@ class Engine:
             start += len(work.lines)
             pairs = zip(work.lines, mine, strict=True)
             results.append([self._outputs(line, hyps, work) for line, hyps in pairs])
+        return results
+
+    def _reranked(self, works: list[TranslateWork], lines, prefixes, terms) -> list:
+        """`translate` for works that share a channel weight (their batch's key): the beam's
+        candidates re-ranked by score + weight * log P(line | candidate), as `translate
+        --channel` ranks them; no alignments (the route refuses them)."""
+        if self.reverse is None:
+            raise BadRequest("this server has no channel model: start it with --channel")
+        decode, weight = works[0].decode, works[0].channel_weight
+        found = scored_candidates(self.translator, self.reverse, lines, decode, prefixes, terms)
+        ranked = rerank(found, weight)
+        results, start = [], 0
+        for work in works:
+            mine = ranked[start : start + len(work.lines)]
+            start += len(work.lines)
+            results.append([[{"text": t, "score": s} for t, s in hyps[: decode.n_best]]
+                            for hyps in mine])  # fmt: skip
         return results
 
     def _outputs(self, line: str, hypotheses: list, work: TranslateWork) -> list[dict]:

@@ -61,7 +61,7 @@ class SamplingOptions(BaseModel):
 class TranslateRequest(BaseModel):
     """`text` (one sentence) or `texts` (several); unset options take the model's own."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     text: Sentence | None = Field(None, examples=["a dog runs across the grass ."])
     texts: list[Sentence] | None = Field(None, min_length=1)
@@ -98,6 +98,13 @@ class TranslateRequest(BaseModel):
     sampling: SamplingOptions | None = Field(
         None, description="draw samples instead of searching (back-translation, diverse outputs)"
     )
+    channel_weight: float | None = Field(
+        None,
+        ge=0.0,
+        description="re-rank the beam's candidates by score + weight * log P(source | "
+        "candidate) with the server's reverse model (`serve --channel`; noisy channel, Yee et "
+        "al. 2019; 0.1 chosen on Multi30k's dev set)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> TranslateRequest:
@@ -114,6 +121,9 @@ class TranslateRequest(BaseModel):
                              "`sampling.samples` counts the outputs")  # fmt: skip
         if self.sampling is not None and self.alignments:
             raise ValueError("`alignments` come with beam search's best: leave out `sampling`")
+        if self.channel_weight is not None and (self.sampling is not None or self.alignments):
+            raise ValueError("`channel_weight` re-ranks the beam's candidates: leave out "
+                             "`sampling` and `alignments`")  # fmt: skip
         if self.terms is not None and self.text is None:
             raise ValueError("`terms` go with `text`; with `texts`, give `term_lists`")
         if self.sampling is not None and (self.term_lines is not None or self.glossary):
@@ -238,6 +248,9 @@ class ModelInfo(BaseModel):
     )
     members: list[str] | None = Field(
         None, description="an ensemble's models (their mean next-token probability decodes)"
+    )
+    channel: str | None = Field(
+        None, description="the reverse model that `channel_weight` re-ranks with (`--channel`)"
     )
 
 

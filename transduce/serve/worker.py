@@ -38,7 +38,7 @@ class DecoderProcess:
     """`Engine`'s `translate`, `score` and `attention`, run by a child process that loads the model.
 
     One call at a time (the batcher has one worker thread; a lock keeps it so for any caller).
-    `child_main` is what the child runs, given (pipe, models, device, int8, threads): a function
+    `child_main` is what the child runs, given (pipe, models, device, int8, threads, channel): one
     the child can import (tests pass one that dies). Several models: their ensemble."""
 
     def __init__(
@@ -48,8 +48,10 @@ class DecoderProcess:
         int8: bool = False,
         threads: int | None = None,
         child_main: Callable[..., None] | None = None,
+        channel: Path | str | None = None,
     ) -> None:
-        self._spec = ([str(path) for path in model_paths(model)], device, int8, threads)
+        paths = [str(path) for path in model_paths(model)]
+        self._spec = (paths, device, int8, threads, None if channel is None else str(channel))
         self._child_main = child_main or _decode_forever
         self._lock = threading.Lock()
         self._process: multiprocessing.process.BaseProcess | None = None
@@ -153,7 +155,12 @@ def _receive(pipe: Connection, process) -> tuple[str, object]:
 
 
 def _decode_forever(
-    pipe: Connection, models: list[str], device: str | None, int8: bool, threads: int | None
+    pipe: Connection,
+    models: list[str],
+    device: str | None,
+    int8: bool,
+    threads: int | None,
+    channel: str | None = None,
 ) -> None:
     """The child: load the model (several: their ensemble), send its facts, then answer
     (method, works) until told to stop (None) or the server has gone (the pipe closed)."""
@@ -163,7 +170,7 @@ def _decode_forever(
     if threads:
         torch.set_num_threads(threads)
     try:
-        engine = Engine.load(models, device, int8)
+        engine = Engine.load(models, device, int8, channel)
     except Exception as error:
         pipe.send(("error", _picklable(error)))
         return
