@@ -127,16 +127,22 @@ def test_the_server_reranks_with_its_channel_model(tmp_path):
     engine = Engine(forward, "toy", reverse=reverse, reverse_name="rev")
     decode = forward.decode
     lines = [line for line in LINES if line]
-    offline = channel_rerank(forward, reverse, lines, 5.0, decode)
-    weighed = {"channel_weight": 5.0}
-    bodies = [{"texts": lines[:2], **weighed}, {"text": lines[2], **weighed}]
-    settings = ServeSettings(port=0, batch_wait_ms=50)
+    offline = {w: channel_rerank(forward, reverse, lines, w, decode) for w in (5.0, 0.0)}
+    offline[None] = forward.translate(lines)
+    # Requests of each weight at once: merged only with their own weight's.
+    five = {"channel_weight": 5.0}
+    bodies = [{"texts": lines[:2], **five}, {"text": lines[2], **five},
+              {"texts": lines, "channel_weight": 0.0}, {"texts": lines}]  # fmt: skip
+    settings = ServeSettings(port=0, batch_wait_ms=100)
     with Background(engine, settings) as url, httpx.Client(base_url=url) as client:
-        with ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(4) as pool:
             answers = list(pool.map(lambda b: client.post("/v1/translate", json=b).json(), bodies))
-        got = [t for answer in answers for t in answer["translations"]]
-        assert [(t["text"], t["score"]) for t in got] == [
-            (hyps[0][0], pytest.approx(hyps[0][1])) for hyps in offline]  # fmt: skip
+        for body, answer in zip(bodies, answers, strict=True):
+            want = offline[body.get("channel_weight")]
+            want = want[2:] if "text" in body else want[: len(answer["translations"])]
+            assert [(t["text"], t["score"]) for t in answer["translations"]] == [
+                (hyps[0][0], pytest.approx(hyps[0][1])) for hyps in want]  # fmt: skip
+        assert [h[0][0] for h in offline[5.0]] != [h[0][0] for h in offline[None]]
         plain = client.post("/v1/translate", json={"texts": lines}).json()["translations"]
         assert [t["text"] for t in plain] == [h[0][0] for h in forward.translate(lines)]
         assert client.get("/v1/models").json()["models"][0]["channel"] == "rev"

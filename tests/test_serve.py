@@ -227,7 +227,7 @@ def test_the_models_description_is_the_served_models_own(tmp_path):
         "parameters": count_parameters(translator.model),
         "max_positions": translator.model.config.max_positions,
         "device": "cpu:0",
-        "decode": {"beam_size": 3, "alpha": 0.8, "max_len_b": 7, "n_best": 2},
+        "decode": {"beam_size": 3, "alpha": 0.8, "max_len_b": 7, "n_best": 2, "terms_beam": 8},
         "attention": True,
     }
     assert described["parameters"] > 0
@@ -256,8 +256,9 @@ def test_attention_takes_the_asked_layer_its_pieces_and_a_target_without_spaces(
 
 
 def test_the_serve_verb_hands_its_flags_to_the_decoder_and_the_server(monkeypatch):
-    """`transduce serve`: the model, device, int8 and threads reach the decoding process (or the
-    thread's engine and torch), every setting the server, and bad threads a message."""
+    """`transduce serve`: the model, device, int8, threads and channel model reach the decoding
+    process (or the thread's engine and torch), every setting the server, and bad threads a
+    message."""
     import transduce.serve.engine as engine_module
     import transduce.serve.server as server_module
     import transduce.serve.worker as worker_module
@@ -266,18 +267,24 @@ def test_the_serve_verb_hands_its_flags_to_the_decoder_and_the_server(monkeypatc
     seen = {}
     monkeypatch.setattr(server_module, "serve", lambda engine, settings, quiet: seen.update(
         engine=engine, settings=settings, quiet=quiet))  # fmt: skip
-    monkeypatch.setattr(worker_module, "DecoderProcess", lambda *given: ("process", given))
+    monkeypatch.setattr(worker_module, "DecoderProcess",
+                        lambda *given, channel: ("process", given, channel))  # fmt: skip
     monkeypatch.setattr(engine_module.Engine, "load", staticmethod(lambda *a: ("thread", a)))
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.update(threads=n))
     main(["-q", "serve", "--model", "m.pt", "--device", "cpu", "--int8", "--threads", "2",
           "--port", "8123", "--max-sentences", "7", "--batch-wait-ms", "3"])  # fmt: skip
-    assert seen["engine"] == ("process", ([Path("m.pt")], "cpu", True, 2)) and seen["quiet"]
+    assert seen["engine"] == ("process", ([Path("m.pt")], "cpu", True, 2), None) and seen["quiet"]
     assert seen["settings"] == replace(ServeSettings(), port=8123, max_sentences=7, batch_wait_ms=3)
-    main(["serve", "--model", "m.pt", "--decoder", "thread", "--threads", "3"])
-    assert seen["engine"] == ("thread", ([Path("m.pt")], None, False)) and seen["threads"] == 3
+    main(["serve", "--model", "m.pt", "--decoder", "thread", "--threads", "3", "--channel", "r"])
+    assert seen["engine"] == ("thread", ([Path("m.pt")], None, False, Path("r")))
+    assert seen["threads"] == 3
     assert not seen["quiet"] and seen["settings"] == ServeSettings()
-    main(["serve", "--model", "a.pt", "--model", "b.pt"])  # an ensemble
-    assert seen["engine"] == ("process", ([Path("a.pt"), Path("b.pt")], None, False, None))
+    main(["serve", "--model", "a.pt", "--model", "b.pt", "--channel", "r"])  # an ensemble
+    assert seen["engine"] == (
+        "process",
+        ([Path("a.pt"), Path("b.pt")], None, False, None),
+        Path("r"),
+    )
     with pytest.raises(SystemExit, match="--threads must be at least 1, not 0"):
         main(["serve", "--model", "m.pt", "--threads", "0"])
 

@@ -205,6 +205,7 @@ class Engine:
                 "alpha": translator.decode.alpha,
                 "max_len_b": translator.decode.max_len_b,
                 "n_best": translator.decode.n_best,
+                "terms_beam": translator.decode.terms_beam,  # a text with terms: this beam
             },
         }
         if self.members:  # an ensemble: its models, in the order their settings count
