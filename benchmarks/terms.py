@@ -46,7 +46,7 @@ def main() -> None:
     references = (args.data / f"{args.split}.tgt.txt").read_text(encoding="utf-8").splitlines()
     print(f"{args.model}, {args.split} ({len(sources)} lines)")
     for beam in args.beams:
-        decode = replace(translator.decode, beam_size=beam)
+        decode = replace(translator.decode, beam_size=beam, terms_beam=beam)  # this beam
         began = time.perf_counter()
         own = [hyps[0][0] for hyps in translator.translate(sources, decode)]
         plain_seconds = time.perf_counter() - began

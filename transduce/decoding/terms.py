@@ -170,6 +170,7 @@ class TermConstraint:
         self.step_to, self.whole, self.width = self.step_to.to(device), self.whole.to(device), width
         glue = next((t.glue for t in terms if t.glue is not None), None)
         self.glues = None if glue is None else glue.to(device)  # (V,)
+        self.glued = set() if glue is None else set(glue.nonzero().flatten().tolist())
         self.eos, self.terms = eos, list(terms)
         self.needed = self.lengths.sum(dim=1)  # (B,) tokens to meet every phrase
         self.sentence = torch.arange(len(terms), device=device)  # the sentence of each row
@@ -273,8 +274,7 @@ class TermConstraint:
     def missing(self, sentence: int, tokens: Sequence[int]) -> int:
         """How many of the sentence's phrases `tokens` lacks (a whole one glued onto lacks)."""
         terms = self.terms[sentence]
-        glued = set() if self.glues is None else set(self.glues.nonzero().flatten().tolist())
-        return sum(not contains(tokens, phrase, glued if whole else set())
+        return sum(not contains(tokens, phrase, self.glued if whole else set())
                    for phrase, whole in zip(terms.phrases, terms.whole, strict=True))  # fmt: skip
 
 
