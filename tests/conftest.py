@@ -14,6 +14,13 @@ from transduce.models.rnn import RnnEncoderDecoder
 from transduce.models.transformer import Transformer
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+SPECIALS = {"bos": BOS, "eos": EOS, "pad": PAD}  # the search's keyword arguments
+
+
+class SpecialIds:
+    """The special ids `score_ids` needs of a vocabulary, for models over bare ids."""
+
+    pad, bos, eos, unk = PAD, BOS, EOS, UNK
 
 
 def tiny_model_config(**changes) -> TransformerConfig:

@@ -17,9 +17,10 @@ from transduce.decoding.search import beam_search, greedy_search, length_penalty
 from transduce.decoding.translate import Translator
 
 from .conftest import (
-    BOS,
     EOS,
     PAD,
+    SPECIALS,
+    SpecialIds,
     save_toy_model,
     tiny_model,
     tiny_rnn,
@@ -27,12 +28,7 @@ from .conftest import (
     write_lines,
 )
 
-SPECIALS = {"bos": BOS, "eos": EOS, "pad": PAD}
 CPU = torch.device("cpu")
-
-
-class _Ids:
-    pad, bos, eos, unk = PAD, BOS, EOS, 1
 
 
 def _sources() -> tuple[torch.Tensor, list[list[int]]]:
@@ -51,7 +47,7 @@ def _decode(kind: str, model, src, prefixes, **limits):
     if kind == "greedy":
         found = greedy_search(model, src, **SPECIALS, prefixes=prefixes, **limits)
         pairs = list(zip(_source_ids(src), found, strict=True))
-        scores = score_ids(model, _Ids(), pairs, CPU)
+        scores = score_ids(model, SpecialIds(), pairs, CPU)
         return [[(tokens, score.log_prob)] for tokens, score in zip(found, scores, strict=True)]
     if kind == "beam":
         found = beam_search(model, src, **SPECIALS, beam_size=3, n_best=3, prefixes=prefixes,
@@ -80,7 +76,7 @@ def test_every_output_starts_with_its_prefix_and_scores_as_forced_decoding(kind,
         for tokens, log_prob in outputs:
             assert tokens[: len(prefix)] == prefix, (prefix, tokens)
             assert len(tokens) <= max(len(source) + 3, len(prefix) + 1) - 1
-            forced = score_ids(model, _Ids(), [(source, tokens)], CPU)[0].log_prob
+            forced = score_ids(model, SpecialIds(), [(source, tokens)], CPU)[0].log_prob
             assert log_prob == pytest.approx(forced, rel=1e-6)  # search sums in float32
     long_prefix = prefixes[2]  # five tokens, over the limit of 2 + 3: the prefix and EOS
     assert all(tokens == long_prefix for tokens, _ in found[2])
@@ -95,7 +91,7 @@ def test_a_wide_beam_finds_the_exhaustive_best_completion():
     completions = [list(t) for n in range(3) for t in itertools.product([1, 4, 5], repeat=n)]
     candidates = [prefix + c for c in completions]
     teacher = dict(zip(map(tuple, candidates),
-                       (s.log_prob for s in score_ids(model, _Ids(),
+                       (s.log_prob for s in score_ids(model, SpecialIds(),
                                                       [(source, c) for c in candidates], CPU)),
                        strict=True))  # fmt: skip
 

@@ -14,13 +14,17 @@ from transduce.decoding.forced import score_ids
 from transduce.decoding.sampling import Sampling, _drawing_probs, sample
 from transduce.decoding.search import greedy_search
 
-from .conftest import BOS, EOS, PAD, save_toy_model, tiny_model, toy_translator, write_lines
-
-SPECIALS = {"bos": BOS, "eos": EOS, "pad": PAD}
-
-
-class _Ids:
-    pad, bos, eos, unk = PAD, BOS, EOS, 1
+from .conftest import (
+    BOS,
+    EOS,
+    PAD,
+    SPECIALS,
+    SpecialIds,
+    save_toy_model,
+    tiny_model,
+    toy_translator,
+    write_lines,
+)
 
 
 def _first_step_probs(model, source: list[int]) -> torch.Tensor:
@@ -76,7 +80,7 @@ def test_a_samples_log_prob_is_what_forced_decoding_gives_it():
     found = sample(model, src, settings, **SPECIALS, alpha=0.6, max_len_b=6)
     for source, samples in zip(([4, 7, 9, 5], [6, 6, 11]), found, strict=True):
         pairs = [(source, h.tokens) for h in samples]
-        scores = score_ids(model, _Ids(), pairs, torch.device("cpu"))
+        scores = score_ids(model, SpecialIds(), pairs, torch.device("cpu"))
         for hypothesis, score in zip(samples, scores, strict=True):
             assert hypothesis.log_prob == pytest.approx(score.log_prob, abs=1e-5)
             penalty = ((5 + len(hypothesis.tokens) + 1) / 6) ** 0.6

@@ -24,6 +24,7 @@ from .conftest import (
     EOS,
     PAD,
     PLUMBING_MODEL,
+    SpecialIds,
     as_set_arguments,
     reverse_task_files,
     tiny_model,
@@ -32,12 +33,6 @@ from .conftest import (
     toy_vocab,
     write_lines,
 )
-
-
-class _Ids:
-    """The special ids `score_ids` needs of a vocabulary, for models over bare ids."""
-
-    pad, bos, eos, unk = PAD, BOS, EOS, 1
 
 
 def _sources(seed: int = 0, n: int = 6) -> list[list[int]]:
@@ -69,7 +64,7 @@ def test_a_searched_target_scores_what_beam_search_gave_it(family):
         "ensemble": lambda: Ensemble([tiny_model(seed=1), tiny_rnn(seed=2)]).eval(),
     }[family]()
     found = _searched(model, _sources())
-    scores = score_ids(model, _Ids(), [(s, t) for s, t, _ in found], torch.device("cpu"))
+    scores = score_ids(model, SpecialIds(), [(s, t) for s, t, _ in found], torch.device("cpu"))
     for (_, tokens, log_prob), score in zip(found, scores, strict=True):
         assert score.log_prob == pytest.approx(log_prob, abs=1e-5)  # float32 sums, two orders
         assert score.tokens == len(tokens) + 1
@@ -83,11 +78,13 @@ def test_scores_do_not_depend_on_what_a_pair_is_batched_with():
     targets = [list(reversed(s)) + [5] * (i % 3) for i, s in enumerate(sources)]
     pairs = list(zip(sources, targets, strict=True))
     cpu = torch.device("cpu")
-    alone = [score_ids(model, _Ids(), [pair], cpu)[0].log_prob for pair in pairs]
+    alone = [score_ids(model, SpecialIds(), [pair], cpu)[0].log_prob for pair in pairs]
     for budget in (1, 12, 30, 10_000):
-        together = [s.log_prob for s in score_ids(model, _Ids(), pairs, cpu, max_tokens=budget)]
+        together = [
+            s.log_prob for s in score_ids(model, SpecialIds(), pairs, cpu, max_tokens=budget)
+        ]
         assert together == pytest.approx(alone, abs=1e-12)
-    backwards = score_ids(model, _Ids(), pairs[::-1], cpu)
+    backwards = score_ids(model, SpecialIds(), pairs[::-1], cpu)
     assert [s.log_prob for s in backwards][::-1] == pytest.approx(alone, abs=1e-12)
 
 
@@ -100,7 +97,7 @@ def test_a_score_is_the_sum_of_the_next_token_log_probabilities_by_hand():
     by_hand = sum(
         torch.log_softmax(logits[t], -1)[token].item() for t, token in enumerate([*target, EOS])
     )
-    score = score_ids(model, _Ids(), [(source, target)], torch.device("cpu"))[0]
+    score = score_ids(model, SpecialIds(), [(source, target)], torch.device("cpu"))[0]
     assert score.log_prob == pytest.approx(by_hand, abs=1e-5)  # log_softmax in float32
     assert score.per_token == pytest.approx(by_hand / 3)
 
@@ -108,7 +105,7 @@ def test_a_score_is_the_sum_of_the_next_token_log_probabilities_by_hand():
 def test_a_model_in_training_mode_is_refused():
     model = tiny_model().train()
     with pytest.raises(ValueError, match="training mode"):
-        score_ids(model, _Ids(), [([4], [5])], torch.device("cpu"))
+        score_ids(model, SpecialIds(), [([4], [5])], torch.device("cpu"))
 
 
 def test_corpus_perplexity_weighs_every_subword_the_same():

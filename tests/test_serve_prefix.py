@@ -103,9 +103,26 @@ def test_alignments_come_with_a_forced_prefix(served):
         ({"text": "the dog", "prefix": "the ☃"}, 422, "vocabulary lacks '☃'"),
         ({"text": "the dog", "prefix": 3}, 422, "valid string"),
         ({"text": "the dog", "prefix": "children playing outside " * 6}, 413, "prefix may take"),
+        ({"texts": ["the dog"], "terms": ["the"]}, 422, "`terms` go with `text`"),
+        ({"text": "the dog", "term_lists": [["the"]]}, 422, "`term_lists` go with `texts`"),
+        ({"texts": ["the dog", "grass"], "term_lists": [["a"]]}, 422, "1 term_lists for 2 texts"),
+        ({"text": "the dog", "terms": ["the ☃"]}, 422, "vocabulary lacks '☃'"),
+        ({"text": "the dog", "terms": "grass"}, 422, "valid list"),
+        ({"text": "the dog", "terms": [f"w{i}" for i in range(17)]}, 422, "at most 16 items"),
+        ({"text": "the dog", "terms": ["grass"], "sampling": {}}, 422, "need beam search"),
+        ({"text": "the dog", "glossary": {"dog": "a"}, "sampling": {}}, 422, "need beam search"),
+        ({"text": "the dog", "glossary": {" ": "grass"}}, 422, "a source phrase and its"),
+        ({"text": "the dog", "glossary": {"dog": "☃"}}, 422, "vocabulary lacks '☃'"),
+        ({"text": "the dog", "glossary": {f"w{i}": "a" for i in range(5001)}}, 422,
+         "at most 5000"),
+        ({"text": "the dog", "terms": ["children playing outside " * 6]}, 413, "terms may take"),
+        ({"text": "the dog", "prefix": "the ", "terms": ["children " * 28]}, 413,
+         "the prefix and terms may take"),
     ],
 )  # fmt: skip
-def test_bad_prefixes_are_answered_and_the_server_goes_on(served, body, status, says):
+def test_bad_prefixes_and_terms_are_answered_and_the_server_goes_on(served, body, status, says):
+    """A term of 28 pieces fits the 30 subwords alone (with the end); after a prefix of two,
+    it does not."""
     with httpx.Client(base_url=served) as client:
         answer = client.post("/v1/translate", json=body)
         assert answer.status_code == status, answer.text
@@ -184,36 +201,6 @@ def test_merged_requests_with_terms_get_what_offline_translation_gives(engine, s
             assert got["text"] == want[0][0] and got["score"] == pytest.approx(want[0][1])
             assert all(phrase in got["text"].split() for phrase in phrases)
     assert any(body.get("terms") for body in requests)
-
-
-@pytest.mark.parametrize(
-    ("body", "status", "says"),
-    [
-        ({"texts": ["the dog"], "terms": ["the"]}, 422, "`terms` go with `text`"),
-        ({"text": "the dog", "term_lists": [["the"]]}, 422, "`term_lists` go with `texts`"),
-        ({"texts": ["the dog", "grass"], "term_lists": [["a"]]}, 422, "1 term_lists for 2 texts"),
-        ({"text": "the dog", "terms": ["the ☃"]}, 422, "vocabulary lacks '☃'"),
-        ({"text": "the dog", "terms": "grass"}, 422, "valid list"),
-        ({"text": "the dog", "terms": [f"w{i}" for i in range(17)]}, 422, "at most 16 items"),
-        ({"text": "the dog", "terms": ["grass"], "sampling": {}}, 422, "need beam search"),
-        ({"text": "the dog", "glossary": {"dog": "a"}, "sampling": {}}, 422, "need beam search"),
-        ({"text": "the dog", "glossary": {" ": "grass"}}, 422, "a source phrase and its"),
-        ({"text": "the dog", "glossary": {"dog": "☃"}}, 422, "vocabulary lacks '☃'"),
-        ({"text": "the dog", "glossary": {f"w{i}": "a" for i in range(5001)}}, 422,
-         "at most 5000"),
-        ({"text": "the dog", "terms": ["children playing outside " * 6]}, 413, "terms may take"),
-        ({"text": "the dog", "prefix": "the ", "terms": ["children " * 28]}, 413,
-         "the prefix and terms may take"),
-    ],
-)  # fmt: skip
-def test_bad_terms_are_answered_and_the_server_goes_on(served, body, status, says):
-    """A term of 28 pieces fits the 30 subwords alone (with the end); after a prefix of two,
-    it does not."""
-    with httpx.Client(base_url=served) as client:
-        answer = client.post("/v1/translate", json=body)
-        assert answer.status_code == status, answer.text
-        assert says in answer.text
-        assert client.post("/v1/translate", json={"text": "the dog"}).status_code == 200
 
 
 def test_a_parsers_facts_refuse_terms_and_count_them_with_a_prefix(engine):

@@ -20,9 +20,10 @@ from transduce.decoding.terms import MAX_TERMS, TermConstraint, Terms, contains
 from transduce.decoding.translate import Translator
 
 from .conftest import (
-    BOS,
     EOS,
     PAD,
+    SPECIALS,
+    SpecialIds,
     save_toy_model,
     tiny_model,
     tiny_rnn,
@@ -30,12 +31,7 @@ from .conftest import (
     write_lines,
 )
 
-SPECIALS = {"bos": BOS, "eos": EOS, "pad": PAD}
 CPU = torch.device("cpu")
-
-
-class _Ids:
-    pad, bos, eos, unk = PAD, BOS, EOS, 1
 
 
 def _sources() -> tuple[torch.Tensor, list[list[list[int]]]]:
@@ -67,7 +63,7 @@ def test_every_output_holds_its_phrases_and_scores_as_forced_decoding(family, be
         held = [all(contains(h.tokens, phrase) for phrase in phrases) for h in hyps]
         assert held[0] and held == sorted(held, reverse=True), (phrases, hyps)
         assert all(len(h.tokens) + 1 == limit for h, ok in zip(hyps, held, strict=True) if not ok)
-        scores = score_ids(model, _Ids(), [(source, h.tokens) for h in hyps], CPU)
+        scores = score_ids(model, SpecialIds(), [(source, h.tokens) for h in hyps], CPU)
         assert [h.log_prob for h in hyps] == pytest.approx([s.log_prob for s in scores])
 
 
@@ -80,9 +76,8 @@ def test_a_wide_beam_finds_the_exhaustive_best_output_holding_the_phrase():
     src = torch.tensor([[*source, EOS]])
     outputs = [list(t) for n in range(5) for t in itertools.product([1, 4, 5], repeat=n)]
     holding = [t for t in outputs if contains(t, phrase)]
-    teacher = {tuple(t): s.log_prob
-               for t, s in zip(outputs, score_ids(model, _Ids(), [(source, t) for t in outputs],
-                                                  CPU), strict=True)}  # fmt: skip
+    scored = score_ids(model, SpecialIds(), [(source, t) for t in outputs], CPU)
+    teacher = {tuple(t): s.log_prob for t, s in zip(outputs, scored, strict=True)}
 
     def score(tokens):
         return teacher[tuple(tokens)] / length_penalty(len(tokens) + 1, 0.6)
