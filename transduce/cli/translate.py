@@ -91,6 +91,12 @@ def _add_guide_arguments(p) -> None:
         "unless --beam says otherwise: a wider beam places them better)",
     )
     group.add_argument(
+        "--avoid",
+        type=Path,
+        help="a file of phrases, one a line, that no output may hold, for every input line (a "
+        "banned word; its tokens as the vocabulary encodes it alone never come in a row)",
+    )
+    group.add_argument(
         "--glossary",
         type=Path,
         help="a file of 'source<TAB>translation' lines: a line of the input that uses a source "
@@ -154,7 +160,7 @@ def _translate(args) -> None:
         raise ValueError("--alignments gives the best translation only; leave out --n-best")
     if (args.terms or args.glossary) and sampling:
         raise ValueError("--terms and --glossary need beam search: leave out --sampling")
-    glossary = _glossary(args.glossary)
+    glossary, avoided = _glossary(args.glossary), _avoided(args.avoid)
     if args.buffer_size is not None and args.buffer_size < 1:
         raise ValueError(f"--buffer-size {args.buffer_size}: translate at least 1 line at a time")
     # A bad model fails here, before any input is read.
@@ -179,6 +185,8 @@ def _translate(args) -> None:
             guides = {name: file.of_group(done, len(lines)) for name, file in side_files.items()}
             if glossary is not None:
                 guides["terms"] = _with_glossary(glossary, lines, guides.get("terms"), done)
+            if avoided is not None:
+                guides["avoid"] = avoided
             drawn = sampling and _group_sampling(sampling, done)
             if aligned:
                 text, pairs = _aligned(translator, lines, decode, args, guides)
@@ -307,6 +315,14 @@ def _with_glossary(glossary, lines: list[str], given, done: int) -> list[list[st
             logger.warning("line %d: %d terms with the glossary's, the first %d kept", number,
                            len(all_), MAX_TERMS)  # fmt: skip
     return terms
+
+
+def _avoided(path: Path | None) -> list[str] | None:
+    if path is None:
+        return None
+    from ..data.corpus import read_lines
+
+    return [line.removesuffix("\r") for line in read_lines(path)]
 
 
 def _glossary(path: Path | None):

@@ -30,11 +30,13 @@ def channel_rerank(
     decode: DecodeConfig | None = None,
     prefixes: list[str] | None = None,
     terms: list[list[str]] | None = None,
+    avoid: list[str] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Each line's beam candidates (all `beam_size` of them; each starting with the line's
-    prefix and holding its terms, if given), best first by score + weight * log P(line |
-    candidate), with that sum as their score; an empty line gives [('', 0.0)]."""
-    return rerank(scored_candidates(forward, reverse, lines, decode, prefixes, terms), weight)
+    prefix, holding its terms and none of `avoid`, if given), best first by score + weight *
+    log P(line | candidate), with that sum as their score; an empty line gives [('', 0.0)]."""
+    found = scored_candidates(forward, reverse, lines, decode, prefixes, terms, avoid)
+    return rerank(found, weight)
 
 
 def scored_candidates(
@@ -44,12 +46,13 @@ def scored_candidates(
     decode: DecodeConfig | None = None,
     prefixes: list[str] | None = None,
     terms: list[list[str]] | None = None,
+    avoid: list[str] | None = None,
 ) -> list[list[tuple[str, float, float]]]:
     """Each line's beam candidates as (text, beam score, log P(line | text)); an empty line has
     none. Decoded and scored once, to be re-ranked at any weight (`rerank`)."""
     decode = decode or forward.decode
     every = replace(decode, n_best=decode.beam_size)
-    found = forward.hypotheses(lines, every, prefixes=prefixes, terms=terms)
+    found = forward.hypotheses(lines, every, prefixes=prefixes, terms=terms, avoid=avoid)
     # Candidates that lack a term (ended by the length limit) are not candidates beside those
     # that hold them all, whatever the channel says.
     found = [[(text, h.score) for text, h in hyps if h.missing == min(x.missing for _, x in hyps)]

@@ -14,9 +14,10 @@ import torch
 from torch import Tensor
 
 from ..models.contract import Cache, Seq2Seq
+from .avoid import with_avoided
 from .constraints import Constraint
 from .prefix import Prefix, with_prefixes
-from .terms import TermConstraint, with_terms
+from .terms import TermConstraint, Terms, with_terms
 
 
 @dataclass
@@ -91,13 +92,15 @@ def greedy_search(
     max_len: int | None = None,
     constraint: Constraint | None = None,
     prefixes: Sequence[Prefix | Sequence[int]] | None = None,
+    avoid: Terms | Sequence[Sequence[int]] | None = None,
 ) -> list[list[int]]:
     """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS.
-    `constraint` (one row per sentence) rules tokens out, and `prefixes` force each output's
-    start, as in `beam_search`."""
+    `constraint` (one row per sentence) rules tokens out, `prefixes` force each output's
+    start, and `avoid` rules phrases out, as in `beam_search`."""
     check_searchable(model)
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     constraint, limit = with_prefixes(prefixes, constraint, limit)
+    constraint = with_avoided(avoid, constraint, src.size(0), eos, src.device)
     cache = model.init_cache(model.encode(src), 1)
     rows = torch.arange(src.size(0), device=src.device)  # the sentence of each live row
     history = torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
@@ -141,6 +144,7 @@ def beam_search(
     constraint: Constraint | None = None,
     prefixes: Sequence[Prefix | Sequence[int]] | None = None,
     terms: Sequence[Sequence[Sequence[int]]] | None = None,
+    avoid: Terms | Sequence[Sequence[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; src (B, S) -> for each sentence its n_best hypotheses, best first.
 
@@ -149,12 +153,12 @@ def beam_search(
     with the length penalty; the k best others go on. A sentence stops when it has k ended
     hypotheses or reaches its length limit, and leaves the batch. `constraint` (a row per
     sentence to start) masks what it rules out and follows the hypotheses; `prefixes` (ids, a
-    list per sentence) start the outputs (`decoding/prefix.py`); `terms` (a list of phrases
-    per sentence) must each appear in them, the beam filled bank by bank (`decoding/terms.py`)."""
+    list a sentence) start the outputs (`decoding/prefix.py`), `terms` (phrases, a list a
+    sentence) each appear in them (`decoding/terms.py`), `avoid`'s none (`decoding/avoid.py`)."""
     check_searchable(model, beam_size, n_best, alpha)
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
-    constraint, term_state, limit = _guided(prefixes, terms, constraint, limit, eos)
+    constraint, term_state, limit = _guided(prefixes, terms, avoid, constraint, limit, eos)
     cache = model.init_cache(model.encode(src), 1)  # one row a sentence: BOS, then `width`
     sentences = torch.arange(src.size(0), device=device)  # the sentence of each live entry
     scores = torch.zeros(src.size(0), 1, device=device)  # (n, width): k once k can be kept
@@ -163,9 +167,8 @@ def beam_search(
     for t in range(1, int(limit.max()) + 1):
         width = scores.size(1)
         room = (limit[sentences] - t).repeat_interleave(width)  # tokens left before the end
-        log_probs = next_token_log_probs(
-            model, history[:, -1:], cache, room, (bos, eos, pad), constraint
-        )
+        specials = (bos, eos, pad)
+        log_probs = next_token_log_probs(model, history[:, -1:], cache, room, specials, constraint)
         top = _best_extensions(scores, log_probs, 2 * k)
         if term_state is not None:  # in the order the banks take them, not by score alone
             top = term_state.allocate(scores, log_probs, top)
@@ -187,12 +190,14 @@ def beam_search(
     return _n_best(ended, n_best, term_state)
 
 
-def _guided(prefixes, terms, constraint: Constraint | None, limit: Tensor, eos: int):
-    """The search's constraint with the prefixes' and the terms' added, the terms' own state
-    (or None), and the length limits raised to fit the prefix, then the terms, and an EOS."""
+def _guided(prefixes, terms, avoid, constraint: Constraint | None, limit: Tensor, eos: int):
+    """The search's constraint with the prefixes', the terms' and the avoid list's added, the
+    terms' own state (or None), and the length limits raised to fit the prefix, then the terms,
+    and an EOS."""
     constraint, limit = with_prefixes(prefixes, constraint, limit)
     floor = getattr(constraint, "most_tokens", None)  # a prefix's most tokens
-    return with_terms(terms, constraint, limit, eos, floor)
+    constraint, term_state, limit = with_terms(terms, constraint, limit, eos, floor)
+    return with_avoided(avoid, constraint, limit.numel(), eos, limit.device), term_state, limit
 
 
 def _first_live(top: tuple[Tensor, Tensor, Tensor], is_eos: Tensor, k: int):

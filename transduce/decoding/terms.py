@@ -6,7 +6,8 @@ output", so the search itself changes, as in dynamic beam allocation (Post and V
 fairseq's `--constraints` after Hu et al. 2019):
 
 - each hypothesis tracks, for every phrase of its sentence, how many of the phrase's tokens its
-  latest tokens have matched (a phrase once met stays met); it may end only when all are met;
+  latest tokens have matched (a phrase once met stays met, unless a piece glues onto the word
+  it ends); it may end only when all are met;
 - each step's candidates are the usual best extensions, plus, for every hypothesis, the next
   token of each phrase it has not met (begun or not) and its own best token;
 - a candidate's bank is the number of phrase tokens it has met; the beam is filled from the
@@ -150,10 +151,12 @@ def _transitions(phrase: Sequence[int], width: int) -> list[list[int]]:
     return table
 
 
-class TermConstraint:
-    """For each row of a search, its progress through each phrase of its sentence."""
+class PhraseTables:
+    """Phrases of each sentence of a search, and each row's progress through them: the tables
+    of `_transitions`, the rows following the search's hypotheses. What terms (must hold) and
+    avoided phrases (must not) share."""
 
-    def __init__(self, terms: Sequence[Terms], eos: int, device: torch.device):
+    def __init__(self, terms: Sequence[Terms], device: torch.device):
         count = max(1, max(len(t.phrases) for t in terms))
         width = max(1, max((len(p) for t in terms for p in t.phrases), default=1))
         self.tokens = torch.full((len(terms), count, width), -1, dtype=torch.long)
@@ -171,12 +174,28 @@ class TermConstraint:
         glue = next((t.glue for t in terms if t.glue is not None), None)
         self.glues = None if glue is None else glue.to(device)  # (V,)
         self.glued = set() if glue is None else set(glue.nonzero().flatten().tolist())
-        self.eos, self.terms = eos, list(terms)
-        self.needed = self.lengths.sum(dim=1)  # (B,) tokens to meet every phrase
         self.sentence = torch.arange(len(terms), device=device)  # the sentence of each row
         self.progress = torch.zeros(len(terms), count, dtype=torch.long, device=device)
-        self.just_met = torch.zeros(len(terms), count, dtype=torch.bool, device=device)
         self.phrase = torch.arange(count, device=device)
+
+    def _moved(self, rows: Tensor, tokens: Tensor) -> Tensor:
+        """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`, by the tables
+        alone (from a phrase's whole length: 0)."""
+        sentence, progress = self.sentence[rows], self.progress[rows]
+        match = self.tokens[sentence] == tokens[:, None, None]  # (N, C, L)
+        position = match.int().argmax(dim=2)  # the first place the token has in the phrase
+        moved = self.step_to[sentence[:, None], self.phrase, progress * self.width + position]
+        return torch.where(match.any(dim=2), moved, 0)
+
+
+class TermConstraint(PhraseTables):
+    """For each row of a search, its progress through each phrase of its sentence."""
+
+    def __init__(self, terms: Sequence[Terms], eos: int, device: torch.device):
+        super().__init__(terms, device)
+        self.eos, self.terms = eos, list(terms)
+        self.needed = self.lengths.sum(dim=1)  # (B,) tokens to meet every phrase
+        self.just_met = torch.zeros_like(self.progress, dtype=torch.bool)
 
     def restrict(self, log_probs: Tensor, room: Tensor) -> None:
         """A row may end only once it has met every phrase (at its length limit it must end
@@ -206,12 +225,9 @@ class TermConstraint:
         """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`. A met phrase
         stays met, unless the token glues onto a phrase met just before, which ends a word:
         "Hund" then "e" is "Hunde", no term "Hund", and the phrase is to be met again."""
-        sentence, progress = self.sentence[rows], self.progress[rows]
-        match = self.tokens[sentence] == tokens[:, None, None]  # (N, C, L)
-        position = match.int().argmax(dim=2)  # the first place the token has in the phrase
-        moved = self.step_to[sentence[:, None], self.phrase, progress * self.width + position]
-        moved = torch.where(match.any(dim=2), moved, 0)
-        kept = torch.where(progress >= self.lengths[sentence], progress, moved)
+        progress = self.progress[rows]
+        kept = torch.where(progress >= self.lengths[self.sentence[rows]], progress,
+                           self._moved(rows, tokens))  # fmt: skip
         if self.glues is None:
             return kept
         return kept.masked_fill(self.just_met[rows] & self.glues[tokens][:, None], 0)

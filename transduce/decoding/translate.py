@@ -22,6 +22,7 @@ from ..models.matmul import PackedWeights, packed_for_inference
 from ..models.saved import load_model, model_paths
 from ..runtime import pick_device
 from ..tasks import get_task
+from .avoid import check_terms, parse_avoided
 from .constraints import TreeConstraint
 from .forced import TargetScore, score_ids
 from .prefix import Prefix, parse_prefixes
@@ -44,6 +45,7 @@ def decode_ids(
     sampling: Sampling | None = None,
     prefixes: list[Prefix] | None = None,
     terms: list[Terms] | None = None,
+    avoid: Terms | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over id sequences (without EOS), batched by length; results in input order.
     `packed_weights`: a store that keeps the weights packed for oneDNN between calls.
@@ -51,7 +53,8 @@ def decode_ids(
     quantized into this store. `sampling`: given, samples instead of the beam's n best
     (`decoding/sampling.py`), drawn from one random stream over all the batches. `prefixes`:
     each source's start of the output (possibly none), forced (`decoding/prefix.py`). `terms`:
-    each source's phrases (possibly none) its outputs must hold (`decoding/terms.py`)."""
+    each source's phrases (possibly none) its outputs must hold (`decoding/terms.py`); `avoid`:
+    phrases no output may hold (`decoding/avoid.py`)."""
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
@@ -66,7 +69,7 @@ def decode_ids(
                 found = _decode_batch(
                     model, vocab, [sources[i] for i in chunk], settings, device, sampling,
                     generator, forced if forced and any(forced) else None,
-                    held if held and any(held) else None,
+                    held if held and any(held) else None, avoid or None,
                 )  # fmt: skip
                 for i, hyps in zip(chunk, found, strict=True):
                     results[i] = hyps
@@ -92,6 +95,7 @@ def _decode_batch(
     generator: torch.Generator | None,
     prefixes: list[Prefix] | None,
     terms: list[Terms] | None = None,
+    avoid: Terms | None = None,
 ) -> list[list[Hypothesis]]:
     """One batch of sentences: the beam's n best of each, or its samples."""
     src = collate([(ids, []) for ids in sources], vocab.pad, vocab.bos, vocab.eos).src.to(device)
@@ -102,6 +106,7 @@ def _decode_batch(
         "max_len_b": decode.max_len_b,
         "max_len": model.max_positions,  # e.g. learned positions: none may outgrow the table
         "prefixes": prefixes,
+        "avoid": avoid,
     }
     if sampling is not None:
         if terms is not None:
@@ -190,6 +195,7 @@ class Translator:
         sampling: Sampling | None = None,
         prefixes: Sequence[str] | None = None,
         terms: Sequence[Sequence[str]] | None = None,
+        avoid: Sequence[str] | None = None,
     ) -> list[list[tuple[str, float]]]:
         """For each line its n-best (text, score) pairs; an empty line translates to ''.
 
@@ -201,9 +207,10 @@ class Translator:
         the scores count its tokens. `terms`: one list of phrases per line ([] for none), each
         of which every output of it must hold, a glossary's translation say (lexically
         constrained decoding, `decoding/terms.py`; beam search only, at least
-        `decode.terms_beam` wide for a line with terms).
+        `decode.terms_beam` wide for a line with terms). `avoid`: phrases no output may hold,
+        for every line (a banned word; `decoding/avoid.py`).
         """
-        found = self.hypotheses(lines, decode, sampling, prefixes, terms)
+        found = self.hypotheses(lines, decode, sampling, prefixes, terms, avoid)
         return [[(text, h.score) for text, h in hyps] for hyps in found]
 
     def hypotheses(
@@ -213,6 +220,7 @@ class Translator:
         sampling: Sampling | None = None,
         prefixes: Sequence[str] | None = None,
         terms: Sequence[Sequence[str]] | None = None,
+        avoid: Sequence[str] | None = None,
     ) -> list[list[tuple[str, Hypothesis]]]:
         """`translate` with each text's hypothesis (its token ids and scores); an empty line
         gives [('', Hypothesis([], 0.0, 0.0))]."""
@@ -244,6 +252,7 @@ class Translator:
             sampling,
             None if forced is None else [forced[i] for i in todo],
             None if held is None else [held[i] for i in todo],
+            self._avoided(avoid, held),
         )
         # Every hypothesis of every line through the task's post-processing at once.
         owners = [(i, h) for i, hyps in zip(todo, hypotheses, strict=True) for h in hyps]
@@ -296,6 +305,14 @@ class Translator:
                              "([] for none)")  # fmt: skip
         terms = [t if line.strip() else [] for t, line in zip(terms, lines, strict=True)]
         return parse_terms(self.vocab, terms, self.task.config.name)
+
+    def _avoided(self, avoid: Sequence[str] | None, terms: list[Terms] | None) -> Terms | None:
+        """The avoid list parsed, checked against the terms: none may hold an avoided phrase."""
+        if avoid is None:
+            return None
+        avoided = parse_avoided(self.vocab, avoid, self.task.config.name)
+        check_terms(avoided, terms or [], self.vocab)
+        return avoided
 
     def _check_guided_lengths(self, prefixes: list[Prefix] | None, terms: list[Terms] | None):
         """A prefix and terms must fit the model's positions, with an EOS."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..config import DecodeConfig
 from ..data.bpe import Vocab
+from ..decoding.avoid import check_terms, parse_avoided
 from ..decoding.channel import rerank, scored_candidates
 from ..decoding.prefix import parse_prefixes
 from ..decoding.sampling import Sampling
@@ -40,6 +41,7 @@ class TranslateWork:
     sampling: Sampling | None = None  # such work comes alone: its seed draws its samples
     terms: list[list[str]] | None = None  # a list a line, checked as prefixes are
     channel_weight: float | None = None  # re-ranked by the reverse model (a key of the batch)
+    avoid: tuple[str, ...] | None = None  # for every line (a key of the batch, too)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,14 @@ class ModelFacts:
         except ValueError as error:
             raise BadRequest(str(error)) from error
         return [start + tokens + 1 for start, tokens in zip(starts, held, strict=True)]
+
+    def check_avoided(self, avoid: list[str], terms: list[list[str]] | None) -> None:
+        """BadRequest for an avoid list that a parser's model was given, or that a term holds."""
+        try:
+            avoided = parse_avoided(self.vocab, avoid, self.task)
+            check_terms(avoided, parse_terms(self.vocab, terms or [], self.task), self.vocab)
+        except ValueError as error:
+            raise BadRequest(str(error)) from error
 
     def check_attention(self) -> None:
         """BadRequest for attention (views, alignments) from a model that has none to show."""
@@ -229,10 +239,11 @@ class Engine:
             terms = [t for work in works for t in work.terms or [[]] * len(work.lines)]
         if works[0].sampling is not None and len(works) > 1:
             raise BadRequest("sampled work is decoded alone, so that its seed draws its samples")
-        decode, sampling = works[0].decode, works[0].sampling
+        decode, sampling, avoid = works[0].decode, works[0].sampling, works[0].avoid
+        avoid = None if avoid is None else list(avoid)
         if works[0].channel_weight is not None:
-            return self._reranked(works, lines, prefixes, terms)
-        found = self.translator.hypotheses(lines, decode, sampling, prefixes, terms)
+            return self._reranked(works, lines, prefixes, terms, avoid)
+        found = self.translator.hypotheses(lines, decode, sampling, prefixes, terms, avoid)
         results, start = [], 0
         for work in works:
             mine = found[start : start + len(work.lines)]
@@ -241,14 +252,15 @@ class Engine:
             results.append([self._outputs(line, hyps, work) for line, hyps in pairs])
         return results
 
-    def _reranked(self, works: list[TranslateWork], lines, prefixes, terms) -> list:
+    def _reranked(self, works: list[TranslateWork], lines, prefixes, terms, avoid) -> list:
         """`translate` for works that share a channel weight (their batch's key): the beam's
         candidates re-ranked by score + weight * log P(line | candidate), as `translate
         --channel` ranks them; no alignments (the route refuses them)."""
         if self.reverse is None:
             raise BadRequest("this server has no channel model: start it with --channel")
         decode, weight = works[0].decode, works[0].channel_weight
-        found = scored_candidates(self.translator, self.reverse, lines, decode, prefixes, terms)
+        found = scored_candidates(self.translator, self.reverse, lines, decode, prefixes, terms,
+                                  avoid)  # fmt: skip
         ranked = rerank(found, weight)
         results, start = [], 0
         for work in works:

@@ -103,14 +103,16 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
         counts = _checked(server.facts.guided_lengths, prefixes, terms)
         kind = " and ".join(k for k, given in (("prefix", prefixes), ("terms", terms)) if given)
         _within_limit(server, counts, kind, "may take")  # an unfinished word: a piece a letter
-    weight = body.channel_weight
+    weight, avoid = body.channel_weight, tuple(body.avoid) if body.avoid else None
     if weight is not None and server.facts.channel is None:
         raise HTTPException(422, "this server has no channel model: start it with --channel")
-    work = TranslateWork(lines, decode, body.alignments, prefixes, sampling, terms, weight)
+    if avoid:
+        _checked(server.facts.check_avoided, list(avoid), terms)
+    work = TranslateWork(lines, decode, body.alignments, prefixes, sampling, terms, weight, avoid)
     run = server.engine.translate
     # Sampled work is never merged with other requests: its seed draws what `transduce translate
     # --sampling --seed` draws for its lines.
-    key = ("translate", decode, weight) if sampling is None else object()
+    key = ("translate", decode, weight, avoid) if sampling is None else object()
     rows = decode.beam_size if sampling is None else sampling.samples
     if terms is not None:  # its lines with terms are searched with the wider terms_beam
         rows = max(rows, decode.terms_beam)

@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..decoding.avoid import MAX_AVOIDED
 from ..decoding.terms import MAX_TERMS
 
 
@@ -88,6 +89,13 @@ class TranslateRequest(BaseModel):
     )
     term_lists: list[Terms] | None = Field(
         None, description="with `texts`: one list of terms each, [] for none"
+    )
+    avoid: list[Term] | None = Field(
+        None,
+        max_length=MAX_AVOIDED,
+        description="phrases no translation may hold, for every text (a banned word; its "
+        "tokens as the vocabulary encodes it alone never come in a row)",
+        examples=[["Sie"]],
     )
     glossary: dict[Term, Term] | None = Field(
         None,

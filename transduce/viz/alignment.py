@@ -64,13 +64,14 @@ def translate_with_alignments(
     decode: DecodeConfig | None = None,
     prefixes: list[str] | None = None,
     terms: list[list[str]] | None = None,
+    avoid: list[str] | None = None,
 ) -> list[tuple[str, list[tuple[int, int]]]]:
     """Each line's best translation (beam search with `decode`, default the run's settings;
-    each line's prefix forced and terms held, if given) and its word alignment; an empty line
-    gives ('', [])."""
+    each line's prefix forced, terms held and `avoid` avoided, if given) and its word
+    alignment; an empty line gives ('', [])."""
     lines = sentence_list(lines)
     settings = replace(decode or translator.decode, n_best=1)
-    found = translator.hypotheses(lines, settings, prefixes=prefixes, terms=terms)
+    found = translator.hypotheses(lines, settings, prefixes=prefixes, terms=terms, avoid=avoid)
     todo = [i for i, line in enumerate(lines) if line.strip()]
     sources = translator.vocab.encode([lines[i].strip() for i in todo])
     results: list[tuple[str, list[tuple[int, int]]]] = [("", []) for _ in lines]
