@@ -5,6 +5,7 @@ beam finds the best output without it."""
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -172,10 +173,14 @@ def test_the_command_line_and_the_server_avoid_the_list(tmp_path):
     from transduce.serve.server import Background
     from transduce.serve.settings import ServeSettings
 
-    served = Background(Engine.load(model), ServeSettings(port=0))
+    served = Background(Engine.load(model), ServeSettings(port=0, batch_wait_ms=100))
     with served as url, httpx.Client(base_url=url) as client:
-        answer = client.post("/v1/translate", json={"texts": lines, "avoid": avoid}).json()
-        assert [t["text"] for t in answer["translations"]] == want
+        # At once, with the list and without: never merged into one call (the list is a call's).
+        bodies = [{"texts": lines, "avoid": avoid}, {"texts": lines}]
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda b: client.post("/v1/translate", json=b).json(), bodies))
+        assert [t["text"] for t in answers[0]["translations"]] == want
+        assert [t["text"] for t in answers[1]["translations"]] == plain
         bad = client.post("/v1/translate", json={"text": "dog", "avoid": ["grass"],
                                                  "terms": ["green grass"]})  # fmt: skip
         assert bad.status_code == 422 and "holds the avoided 'grass'" in bad.text
