@@ -163,7 +163,7 @@ def test_rdrop_begins_after_its_updates_and_late_dropouts_and_says_so_once(caplo
     ]
     plain = RDropUpdates(TrainConfig(rdrop=5.0), LateDropout(model, updates_without=0))
     assert [plain.alpha(u) for u in (1, 2)] == [5.0, 5.0]
-    with pytest.raises(ConfigError, match=r"train\.rdrop_after needs train\.rdrop above 0"):
+    with pytest.raises(ConfigError, match=r"train\.rdrop_after needs train\.rdrop > 0"):
         TrainConfig(rdrop_after=1)  # a start for nothing
 
 
