@@ -68,11 +68,13 @@ class AvoidConstraint(PhraseTables):
         rows, phrases = ((self.progress == lengths - 1) & (lengths > 0)).nonzero(as_tuple=True)
         if not rows.numel():
             return
-        ruled = log_probs.clone()
         last = self.tokens[self.sentence[rows], phrases, lengths[rows, phrases] - 1]
-        ruled[rows, last] = float("-inf")
-        can = (ruled > float("-inf")).any(dim=1)
-        log_probs[can] = ruled[can]
+        kept = log_probs[rows, last]
+        log_probs[rows, last] = float("-inf")
+        stuck = log_probs.amax(dim=1) == float("-inf")  # nothing left: give the row its tokens
+        if bool(stuck.any()):
+            back = stuck[rows]
+            log_probs[rows[back], last[back]] = kept[back]
 
     def reorder(self, rows: Tensor) -> None:
         self.sentence, self.progress = self.sentence[rows], self.progress[rows]

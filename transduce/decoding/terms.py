@@ -157,13 +157,17 @@ class PhraseTables:
     avoided phrases (must not) share."""
 
     def __init__(self, terms: Sequence[Terms], device: torch.device):
-        count = max(1, max(len(t.phrases) for t in terms))
-        width = max(1, max((len(p) for t in terms for p in t.phrases), default=1))
-        self.tokens = torch.full((len(terms), count, width), -1, dtype=torch.long)
-        self.lengths = torch.zeros(len(terms), count, dtype=torch.long)  # 0: no phrase, met
-        self.whole = torch.zeros(len(terms), count, dtype=torch.bool)
-        self.step_to = torch.zeros(len(terms), count, (width + 1) * width, dtype=torch.long)
-        for s, sentence_terms in enumerate(terms):
+        # One table a distinct Terms object: an avoid list is every sentence's, built once.
+        table_of: dict[int, int] = {}
+        of_sentence = [table_of.setdefault(id(t), len(table_of)) for t in terms]
+        distinct = list({id(t): t for t in terms}.values())
+        count = max(1, max(len(t.phrases) for t in distinct))
+        width = max(1, max((len(p) for t in distinct for p in t.phrases), default=1))
+        self.tokens = torch.full((len(distinct), count, width), -1, dtype=torch.long)
+        self.lengths = torch.zeros(len(distinct), count, dtype=torch.long)  # 0: none, met
+        self.whole = torch.zeros(len(distinct), count, dtype=torch.bool)
+        self.step_to = torch.zeros(len(distinct), count, (width + 1) * width, dtype=torch.long)
+        for s, sentence_terms in enumerate(distinct):
             for c, phrase in enumerate(sentence_terms.phrases):
                 self.tokens[s, c, : len(phrase)] = torch.tensor(phrase)
                 self.lengths[s, c] = len(phrase)
@@ -174,7 +178,7 @@ class PhraseTables:
         glue = next((t.glue for t in terms if t.glue is not None), None)
         self.glues = None if glue is None else glue.to(device)  # (V,)
         self.glued = set() if glue is None else set(glue.nonzero().flatten().tolist())
-        self.sentence = torch.arange(len(terms), device=device)  # the sentence of each row
+        self.sentence = torch.tensor(of_sentence, device=device)  # each row's table
         self.progress = torch.zeros(len(terms), count, dtype=torch.long, device=device)
         self.phrase = torch.arange(count, device=device)
 
@@ -194,7 +198,7 @@ class TermConstraint(PhraseTables):
     def __init__(self, terms: Sequence[Terms], eos: int, device: torch.device):
         super().__init__(terms, device)
         self.eos, self.terms = eos, list(terms)
-        self.needed = self.lengths.sum(dim=1)  # (B,) tokens to meet every phrase
+        self.needed = self.lengths.sum(dim=1)[self.sentence]  # (B,) tokens to meet them all
         self.just_met = torch.zeros_like(self.progress, dtype=torch.bool)
 
     def restrict(self, log_probs: Tensor, room: Tensor) -> None:
