@@ -200,6 +200,7 @@ def test_merged_requests_with_terms_get_what_offline_translation_gives(engine, s
                                       offline, strict=True):  # fmt: skip
             assert got["text"] == want[0][0] and got["score"] == pytest.approx(want[0][1])
             assert all(phrase in got["text"].split() for phrase in phrases)
+            assert got["missing_terms"] == (0 if terms and any(terms) else None)
     assert any(body.get("terms") for body in requests)
 
 
@@ -238,3 +239,18 @@ def test_terms_widen_the_models_beam_unless_one_is_asked_for(engine, served):
         decode = replace(engine.translator.decode, beam_size=beam, terms_beam=0)
         want = engine.translator.translate([text], decode, terms=[terms])[0][0]
         assert (answer["text"], answer["score"]) == (want[0], pytest.approx(want[1]))
+
+
+def test_candidates_say_how_many_terms_they_lack(engine):
+    """With terms and a short limit, the n best end with those that lack terms (ended by the
+    limit), each saying how many; a request without terms says nothing of them."""
+    decode = replace(engine.translator.decode, beam_size=4, n_best=4, max_len_b=2, terms_beam=4)
+    terms = [["grass", "children"], ["outside"]]
+    work = TranslateWork(["the dog runs", "green grass"], decode, False, terms=terms)
+    for phrases, line in zip(terms, engine.translate([work])[0], strict=True):
+        missing = [c["missing_terms"] for c in line]
+        assert missing == sorted(missing) and missing[0] == 0 and missing[-1] > 0
+        for c in line:
+            assert c["missing_terms"] == sum(p not in c["text"].split() for p in phrases)
+    plain = engine.translate([TranslateWork(["the dog runs"], decode, False)])[0][0]
+    assert all("missing_terms" not in c for c in plain)

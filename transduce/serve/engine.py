@@ -272,6 +272,9 @@ class Engine:
 
     def _outputs(self, line: str, hypotheses: list, work: TranslateWork) -> list[dict]:
         outputs = [{"text": text, "score": h.score} for text, h in hypotheses]
+        if work.terms:  # a candidate that lacks one ended at the length limit: say so
+            for output, (_, h) in zip(outputs, hypotheses, strict=True):
+                output["missing_terms"] = h.missing
         if work.alignments:
             src_ids = self.translator.vocab.encode([line.strip()])[0]
             for output, (_, h) in zip(outputs, hypotheses, strict=True):

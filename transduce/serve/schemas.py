@@ -172,12 +172,16 @@ class Candidate(BaseModel):
     text: str
     score: float = Field(description="log P / length penalty, as beam search ranks it")
     alignment: str | None = Field(None, description="'0-0 1-2 ...': source-target word pairs")
+    missing_terms: int | None = Field(
+        None, description="with terms: how many it lacks (ended by the length limit; 0 else)"
+    )
 
 
 class Translation(BaseModel):
     text: str = Field(description="the best translation")
     score: float
     alignment: str | None = None
+    missing_terms: int | None = None
     n_best: list[Candidate] = Field(description="the n best, best first (the first is the above)")
 
 
