@@ -41,7 +41,8 @@ def test_the_page_names_the_model_and_offers_the_settings_beams(engine):
     assert "<title>transduce: toy.pt</title>" in page
     config = re.search(r'<script id="config" type="application/json">(.*?)</script>', page)
     # the model's own beam chosen, beams up to the server's max_beam offered, attention drawn
-    assert json.loads(config[1]) == {"beam": DECODE.beam_size, "maxBeam": 6, "noAttention": None}
+    assert json.loads(config[1]) == {"beam": DECODE.beam_size, "maxBeam": 6, "noAttention": None,
+                                     "termsBeam": 6}  # the run's 8, within max_beam  # fmt: skip
     assert info["version"] == transduce.__version__
 
 
@@ -145,4 +146,5 @@ def test_the_pages_model_name_is_escaped_and_its_beam_kept_within_the_servers_li
     page = render_index("<b>&", beam=8, max_beam=4, no_attention=reason)
     assert "<title>transduce: &lt;b&gt;&amp;</title>" in page and "<b>&" not in page
     config = re.search(r'<script id="config" type="application/json">(.*?)</script>', page)
-    assert json.loads(config[1]) == {"beam": 4, "maxBeam": 4, "noAttention": reason}
+    assert json.loads(config[1]) == {"beam": 4, "maxBeam": 4, "noAttention": reason,
+                                     "termsBeam": 4}  # fmt: skip

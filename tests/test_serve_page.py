@@ -124,13 +124,14 @@ def test_the_page_completes_a_typed_start_of_the_translation(browser, tmp_path):
 
 
 def test_the_page_translates_with_terms(browser, tmp_path):
-    """Terms typed into their field, separated by ';' (blanks dropped): the translation shown
-    is what `Translator.translate` gives with them, holding each, and the attention drawn is
-    its own; terms with several lines are refused, named."""
+    """Terms typed into their field, separated by ';' (blanks dropped): the beam becomes the
+    run's terms beam (unless one was chosen by hand), the translation shown is what
+    `Translator.translate` gives with them at that beam, holding each, and the attention drawn
+    is its own; terms with several lines are refused, named."""
     engine = toy_engine(tmp_path)
     terms = ["green grass", "outside"]
-    chosen = replace(DECODE, terms_beam=DECODE.beam_size)  # the page sends the beam it shows
-    expected = engine.translator.translate([SENTENCE], chosen, terms=[terms])[0][0][0]
+    wide = replace(DECODE, beam_size=DECODE.terms_beam, terms_beam=0)
+    expected = engine.translator.translate([SENTENCE], wide, terms=[terms])[0][0][0]
     own = engine.translator.translate([SENTENCE])[0][0][0]
     assert expected != own and all(term in expected for term in terms)
     with Background(engine, ServeSettings(port=0)) as url:
@@ -140,11 +141,17 @@ def test_the_page_translates_with_terms(browser, tmp_path):
         page.goto(url + "/")
         page.fill("#text", SENTENCE)
         page.fill("#terms", " green grass ;outside; ")
+        assert page.input_value("#beam") == str(DECODE.terms_beam)
         page.click("#go")
         page.wait_for_selector("#attention:not([hidden])")
         assert page.inner_text("#translations li .output") == expected
         assert page.inner_text("#target") == expected
         page.screenshot(path=str(tmp_path / "terms.png"), full_page=True)
+        page.fill("#terms", "")
+        assert page.input_value("#beam") == str(DECODE.beam_size)  # back to the model's own
+        page.select_option("#beam", "3")
+        page.fill("#terms", "outside")
+        assert page.input_value("#beam") == "3"  # chosen by hand: kept
         page.fill("#text", SENTENCE + "\nthe dog runs")
         page.click("#go")
         page.wait_for_selector("#status.error >> text=Terms go with one sentence")

@@ -55,7 +55,8 @@ def create_app(
     metrics = Metrics()
     batcher = Batcher(settings, metrics, abandon=getattr(engine, "abandon", None))
     facts = engine.facts
-    page = render_index(facts.name, facts.decode.beam_size, settings.max_beam, facts.no_attention)
+    page = render_index(facts.name, facts.decode.beam_size, settings.max_beam, facts.no_attention,
+                        facts.decode.terms_beam)  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
