@@ -31,7 +31,8 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
     max_leaves=6,
 )
-sentences = st.lists(st.sampled_from(TOY_WORDS), min_size=1, max_size=6).map(" ".join)
+words = st.sampled_from(TOY_WORDS)
+sentences = st.lists(words, min_size=1, max_size=6).map(" ".join)
 edge_ints = st.integers(-2, 8)
 edge_texts = st.one_of(st.text(max_size=30), st.just(""), st.just(" "), json_values)
 # Per endpoint and field: a value the schema accepts, and one that may well be wrong.
@@ -43,6 +44,15 @@ FIELDS = {
         "n_best": (st.just(1), edge_ints),
         "max_len_b": (st.integers(1, 6), edge_ints),
         "alignments": (st.booleans(), json_values),
+        # What guides the output: starts, terms, an avoid list, a glossary; and samples, and a
+        # channel this server does not have.
+        "prefix": (words.map(lambda w: w[: len(w) // 2]), edge_texts),
+        "terms": (st.lists(words, max_size=2), st.one_of(st.lists(edge_texts), json_values)),
+        "term_lists": (st.lists(st.lists(words, max_size=2), max_size=3), json_values),
+        "avoid": (st.lists(words, max_size=3), st.one_of(st.lists(edge_texts), json_values)),
+        "glossary": (st.dictionaries(words, words, max_size=3), json_values),
+        "sampling": (st.fixed_dictionaries({"samples": st.integers(1, 2)}), json_values),
+        "channel_weight": (st.floats(0, 1), json_values),
     },
     "/v1/attention": {
         "text": (sentences, edge_texts),
@@ -52,6 +62,9 @@ FIELDS = {
         "layer": (st.integers(0, 1), edge_ints),
     },
 }
+
+
+GUIDES = ("prefix", "terms", "term_lists", "avoid", "glossary", "sampling", "channel_weight")
 
 
 @st.composite
@@ -66,6 +79,8 @@ def bodies(draw) -> tuple[str, bytes]:
             odds = ["good", "good", "good", "doubtful"]
         elif name in ("text", "texts"):  # the other one: seldom both
             odds = ["absent", "absent", "absent", "good"]
+        elif name in GUIDES:  # one now and then, so that most bodies can still be served
+            odds = ["absent"] * 5 + ["good", "good", "doubtful"]
         else:
             odds = ["absent", "good", "good", "doubtful"]
         choice = draw(st.sampled_from(odds))
@@ -115,7 +130,9 @@ def test_any_body_gets_an_answer_or_a_4xx_with_a_message(client, request):
         asked = json.loads(body)
         lines = [asked["text"]] if "text" in asked else asked["texts"]
         assert len(found["translations"]) == len(lines)
-        assert all(len(t["n_best"]) == asked.get("n_best", 1) for t in found["translations"])
+        drawn = (asked.get("sampling") or {}).get("samples")
+        outputs = drawn or asked.get("n_best", 1)
+        assert all(len(t["n_best"]) == outputs for t in found["translations"])
     else:
         assert "cross" in found["views"]
 
