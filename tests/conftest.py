@@ -17,6 +17,18 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = {"bos": BOS, "eos": EOS, "pad": PAD}  # the search's keyword arguments
 
 
+def padded_sources(rows: list[list[int]], width: int = 6):
+    """(B, width) source ids: each row, its EOS, then padding; the sentences the search tests
+    decode (four of different lengths)."""
+    src = torch.full((len(rows), width), PAD)
+    for i, row in enumerate(rows):
+        src[i, : len(row) + 1] = torch.tensor([*row, EOS])
+    return src
+
+
+SENTENCES = [[4, 7, 9, 5], [6, 6, 11], [8, 5], [10, 4, 4, 7, 9]]
+
+
 class SpecialIds:
     """The special ids `score_ids` needs of a vocabulary, for models over bare ids."""
 

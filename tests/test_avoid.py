@@ -23,9 +23,11 @@ from transduce.decoding.translate import Translator
 from .conftest import (
     EOS,
     PAD,
+    SENTENCES,
     SPECIALS,
     TOY_WORDS,
     SpecialIds,
+    padded_sources,
     save_toy_model,
     tiny_model,
     tiny_rnn,
@@ -37,10 +39,7 @@ CPU = torch.device("cpu")
 
 
 def _sources() -> torch.Tensor:
-    rows = [[4, 7, 9, 5], [6, 6, 11], [8, 5], [10, 4, 4, 7, 9]]
-    src = torch.full((len(rows), 6), PAD)
-    for i, row in enumerate(rows):
-        src[i, : len(row) + 1] = torch.tensor([*row, EOS])
+    src = padded_sources(SENTENCES)
     return src
 
 

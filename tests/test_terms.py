@@ -22,8 +22,10 @@ from transduce.decoding.translate import Translator
 from .conftest import (
     EOS,
     PAD,
+    SENTENCES,
     SPECIALS,
     SpecialIds,
+    padded_sources,
     save_toy_model,
     tiny_model,
     tiny_rnn,
@@ -37,10 +39,7 @@ CPU = torch.device("cpu")
 def _sources() -> tuple[torch.Tensor, list[list[list[int]]]]:
     """Four sentences of different lengths, padded, and terms each: two phrases, none, one of
     three tokens (a repeated token: progress that must not restart from nothing), one."""
-    rows = [[4, 7, 9, 5], [6, 6, 11], [8, 5], [10, 4, 4, 7, 9]]
-    src = torch.full((len(rows), 6), PAD)
-    for i, row in enumerate(rows):
-        src[i, : len(row) + 1] = torch.tensor([*row, EOS])
+    src = padded_sources(SENTENCES)
     return src, [[[7, 9], [10]], [], [[5, 5, 6]], [[11]]]
 
 
