@@ -39,8 +39,7 @@ CPU = torch.device("cpu")
 
 
 def _sources() -> torch.Tensor:
-    src = padded_sources(SENTENCES)
-    return src
+    return padded_sources(SENTENCES)
 
 
 def _outputs(kind: str, model, src, **given) -> list[list[list[int]]]:
