@@ -109,6 +109,32 @@ def test_the_completing_token_is_ruled_out_after_any_way_into_the_phrase():
     assert only_six[0, 6] == -1.0
 
 
+def test_a_phrase_given_back_once_is_avoided_again():
+    """A prefix may spell an avoided phrase (the rule gives way), but not open the door to a
+    second: after [5] forced, 5 is ruled out again; after [5, 6] forced, 5 then 6 is too."""
+    for phrase, forced, then in [((5,), [5], 5), ((5, 6), [5, 6, 5], 6)]:
+        state = AvoidConstraint(Terms((phrase,), (False,)), 1, EOS, CPU)
+        for token in forced:
+            state.advance(torch.tensor([token]))
+        log_probs = torch.zeros(1, 10)
+        state.restrict(log_probs, torch.tensor([5]))
+        assert log_probs[0, then] == float("-inf"), (phrase, forced)
+
+
+def test_a_prefix_that_spells_an_avoided_word_does_not_let_the_search_write_it_again(tmp_path):
+    translator = toy_translator(tmp_path)
+    decode = replace(translator.decode, beam_size=1, max_len_b=6)
+    banned = translator.vocab.encode(["runs"])[0]
+    found = translator.hypotheses(["the dog runs"], decode, prefixes=["runs "], avoid=["runs"])
+    tokens = found[0][0][1].tokens
+    assert tokens[: len(banned)] == banned and not contains(tokens[len(banned) :], banned)
+    with pytest.raises(ValueError, match="has 17 subwords: at most 16"):
+        translator.translate(["dog"], avoid=[" ".join(["dog"] * 17)])
+    parser = Translator(translator.model, translator.vocab, translator.decode, CPU,
+                        TaskConfig(name="parse"))  # fmt: skip
+    assert parser.translate(["the dog"], avoid=[]) == parser.translate(["the dog"])
+
+
 def test_a_batch_decodes_as_each_sentence_alone_with_an_avoid_list():
     model, src = tiny_model(seed=4), _sources()
     avoided = [[5, 5], [9]]
@@ -182,3 +208,21 @@ def test_the_command_line_and_the_server_avoid_the_list(tmp_path):
         bad = client.post("/v1/translate", json={"text": "dog", "avoid": ["grass"],
                                                  "terms": ["green grass"]})  # fmt: skip
         assert bad.status_code == 422 and "holds the avoided 'grass'" in bad.text
+
+
+def test_the_command_line_finds_a_term_that_holds_an_avoided_word_before_writing(tmp_path):
+    """Line 3's term, read a line at a time, and a glossary's translation: named, as their
+    line and entry, before any output is written."""
+    model = save_toy_model(tmp_path)
+    source = write_lines(tmp_path / "in.txt", ["the dog", "grass", "children"])
+    avoid = write_lines(tmp_path / "avoid.txt", ["grass"])
+    terms = write_lines(tmp_path / "terms.txt", ["", "dog", "green grass"])
+    glossary = write_lines(tmp_path / "glossary.tsv", ["dog\toutside", "cat\tthe grass"])
+    out = tmp_path / "out.txt"
+    base = ["translate", "--model", str(model), "--input", str(source), "--avoid", str(avoid),
+            "--buffer-size", "1", "--output", str(out)]  # fmt: skip
+    with pytest.raises(SystemExit, match="line 3: the term 'green grass' holds the avoided"):
+        main([*base, "--terms", str(terms)])
+    with pytest.raises(SystemExit, match="glossary entry 2: the term 'the grass' holds the"):
+        main([*base, "--glossary", str(glossary)])
+    assert not out.exists()

@@ -7,10 +7,11 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from .common import add_model_and_search_arguments, check_writable, input_lines
+from .guides import Guides, add_guide_arguments
 
 logger = logging.getLogger("transduce")
 
@@ -30,7 +31,7 @@ def _add_translate(verbs) -> None:
     add_model_and_search_arguments(p)
     p.add_argument("--n-best", type=int, help="print the n best as 'line ||| text ||| score'")
     p.add_argument("--max-len-b", type=int, help="output length <= input + this")
-    _add_guide_arguments(p)
+    add_guide_arguments(p)
     p.add_argument(
         "--buffer-size",
         type=int,
@@ -70,38 +71,6 @@ def _add_translate(verbs) -> None:
         "--alignments-out", type=Path, help="write the Pharaoh links here, one line per input line"
     )
     p.set_defaults(run=_translate)
-
-
-def _add_guide_arguments(p) -> None:
-    """What the output must start with or hold: interactive translation, terminology."""
-    group = p.add_argument_group("guided output", "what each output must start with or hold")
-    group.add_argument(
-        "--prefix",
-        type=Path,
-        help="a file of output starts, one a line of the input ('' for none): each output "
-        "begins with its line's, the model's best completion of it (interactive translation; "
-        "the last word may be unfinished, a final space asks for a new word)",
-    )
-    group.add_argument(
-        "--terms",
-        type=Path,
-        help="a file of terms, one line a line of the input: phrases separated by tabs ('' for "
-        "none), each of which its output must hold, e.g. a glossary's translations (lexically "
-        "constrained beam search; such a line's beam is the run's decode.terms_beam, 8, "
-        "unless --beam says otherwise: a wider beam places them better)",
-    )
-    group.add_argument(
-        "--avoid",
-        type=Path,
-        help="a file of phrases, one a line, that no output may hold, for every input line (a "
-        "banned word; its tokens as the vocabulary encodes it alone never come in a row)",
-    )
-    group.add_argument(
-        "--glossary",
-        type=Path,
-        help="a file of 'source<TAB>translation' lines: a line of the input that uses a source "
-        "phrase (whole words, any case) gets its translation as a term, beside its --terms",
-    )
 
 
 def _add_sampling_arguments(p) -> None:
@@ -160,13 +129,12 @@ def _translate(args) -> None:
         raise ValueError("--alignments gives the best translation only; leave out --n-best")
     if (args.terms or args.glossary) and sampling:
         raise ValueError("--terms and --glossary need beam search: leave out --sampling")
-    glossary, avoided = _glossary(args.glossary), _avoided(args.avoid)
+    guides = Guides(args)  # its files read (and a glossary's mistakes found) now
     if args.buffer_size is not None and args.buffer_size < 1:
         raise ValueError(f"--buffer-size {args.buffer_size}: translate at least 1 line at a time")
     # A bad model fails here, before any input is read.
     translator = Translator.load(args.model, args.checkpoint, args.device, int8=args.int8)
-    if glossary is not None:
-        glossary.check(translator.vocab)
+    guides.check(translator)
     reverse = Translator.load(args.channel, device=args.device) if args.channel else None
     given = {
         "beam_size": args.beam,
@@ -177,26 +145,20 @@ def _translate(args) -> None:
         "batch_size": args.batch_size,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
-    side_files = _side_files(args)
-    groups = _groups(args, side_files)
+    groups = _groups(args, guides)
     output, links, done = _Sink(args.output), _Sink(args.alignments_out), 0
     try:
         for lines in groups:
-            guides = {name: file.of_group(done, len(lines)) for name, file in side_files.items()}
-            if glossary is not None:
-                guides["terms"] = _with_glossary(glossary, lines, guides.get("terms"), done)
-            if avoided is not None:
-                guides["avoid"] = avoided
+            given = guides.of_group(lines, done)
             drawn = sampling and _group_sampling(sampling, done)
             if aligned:
-                text, pairs = _aligned(translator, lines, decode, args, guides)
+                text, pairs = _aligned(translator, lines, decode, args, given)
                 links.write(pairs)  # nothing without --alignments-out
             else:
-                text = _translated(translator, reverse, lines, decode, drawn, guides, args, done)
+                text = _translated(translator, reverse, lines, decode, drawn, given, args, done)
             output.write(text)
             done += len(lines)
-        for file in side_files.values():
-            file.check(done)
+        guides.check_counts(done)
         output.finish()
         links.finish()
     finally:
@@ -244,7 +206,7 @@ def _buffer_size(args) -> int | None:
     return None
 
 
-def _groups(args, side_files: dict[str, _PerLine]) -> Iterator[list[str]]:
+def _groups(args, guides: Guides) -> Iterator[list[str]]:
     """The input's lines, --buffer-size at a time (`_buffer_size`). A file, or standard input
     to be read whole, is read at once and the line counts of --prefix and --terms checked
     before anything is decoded; otherwise standard input is read as the lines come
@@ -253,8 +215,7 @@ def _groups(args, side_files: dict[str, _PerLine]) -> Iterator[list[str]]:
     if args.input is None and size is not None:
         return _stdin_groups(size)
     lines = input_lines(args.input)
-    for file in side_files.values():
-        file.check(len(lines))
+    guides.check_counts(len(lines))
     step = size or max(len(lines), 1)
     return iter([lines[start : start + step] for start in range(0, len(lines), step)])
 
@@ -279,76 +240,6 @@ def _decoded(raw: bytes, number: int) -> str:
         return raw.removesuffix(b"\n").decode("utf-8")
     except UnicodeDecodeError as error:
         raise DataError(f"<stdin> line {number}: invalid UTF-8") from error
-
-
-@dataclass
-class _PerLine:
-    """A file with an entry for each line of the input: --prefix's starts, --terms' phrases."""
-
-    flag: str
-    path: Path
-    entries: list
-
-    def of_group(self, done: int, lines: int) -> list:
-        """The entries of the group of `lines` input lines after the first `done`: one each."""
-        if len(self.entries) < done + lines:
-            raise ValueError(self._mismatch(f"{done + lines} or more"))
-        return self.entries[done : done + lines]
-
-    def check(self, lines: int) -> None:
-        if len(self.entries) != lines:
-            raise ValueError(self._mismatch(lines))
-
-    def _mismatch(self, lines) -> str:
-        return (f"{self.flag} {self.path} has {len(self.entries)} lines, the input {lines}: "
-                "give one a line ('' for none)")  # fmt: skip
-
-
-def _with_glossary(glossary, lines: list[str], given, done: int) -> list[list[str]]:
-    """Each line's terms with those of the glossary entries it uses, at most MAX_TERMS in
-    all: a line that uses more keeps the first it uses, said once a line."""
-    from ..decoding.terms import MAX_TERMS
-
-    terms, every = glossary.terms(lines, given, MAX_TERMS), glossary.terms(lines, given)
-    for number, (kept, all_) in enumerate(zip(terms, every, strict=True), start=done + 1):
-        if len(kept) < len(all_):
-            logger.warning("line %d: %d terms with the glossary's, the first %d kept", number,
-                           len(all_), MAX_TERMS)  # fmt: skip
-    return terms
-
-
-def _avoided(path: Path | None) -> list[str] | None:
-    if path is None:
-        return None
-    from ..data.corpus import read_lines
-
-    return [line.removesuffix("\r") for line in read_lines(path)]
-
-
-def _glossary(path: Path | None):
-    if path is None:
-        return None
-    from ..decoding.glossary import Glossary
-
-    glossary = Glossary.read(path)
-    logger.info("glossary %s: %d entries", path, len(glossary))
-    return glossary
-
-
-def _side_files(args) -> dict[str, _PerLine]:
-    """--prefix and --terms, those given, by the name `Translator.translate` gives them. A
-    carriage return at the end of a line is dropped (a file written on Windows): a prefix's
-    final space asks for a new word, a final CR is no such request."""
-    from ..data.corpus import read_lines
-
-    files = {}
-    for name, flag, path in [("prefixes", "--prefix", args.prefix),
-                             ("terms", "--terms", args.terms)]:  # fmt: skip
-        if path is not None:
-            lines = [line.removesuffix("\r") for line in read_lines(path)]
-            entries = lines if name == "prefixes" else [line.split("\t") for line in lines]
-            files[name] = _PerLine(flag, path, entries)
-    return files
 
 
 def _group_sampling(sampling, first: int):

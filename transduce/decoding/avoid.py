@@ -22,6 +22,7 @@ from ..data.bpe import Vocab
 from .terms import PhraseTables, Terms, contains, parse_terms
 
 MAX_AVOIDED = 1000  # phrases: each row's progress through each is followed every step
+MAX_AVOIDED_TOKENS = 16  # a phrase's subwords: its table grows with their square
 
 
 def parse_avoided(vocab: Vocab, phrases: Sequence[str], task: str = "translation") -> Terms:
@@ -31,12 +32,21 @@ def parse_avoided(vocab: Vocab, phrases: Sequence[str], task: str = "translation
     if isinstance(phrases, str):
         raise TypeError("avoid: a list of phrases, not one string")
     texts = list(dict.fromkeys(" ".join(p.split()) for p in phrases if p.strip()))
+    if not texts:
+        return Terms()
     if len(texts) > MAX_AVOIDED:
         raise ValueError(f"{len(texts)} phrases to avoid: at most {MAX_AVOIDED}")
     if task != "translation":
         raise ValueError(f"an avoid list is for translation, not for a {task} model")
     writable = [t for t in texts if not vocab.lacking(c for c in t if not c.isspace())]
-    return _all_in_one(parse_terms(vocab, [[t] for t in writable], task)) if writable else Terms()
+    if not writable:
+        return Terms()
+    avoided = _all_in_one(parse_terms(vocab, [[t] for t in writable], task))
+    for text, phrase in zip(writable, avoided.phrases, strict=True):
+        if len(phrase) > MAX_AVOIDED_TOKENS:
+            raise ValueError(f"the avoided {text[:40]!r} has {len(phrase)} subwords: at most "
+                             f"{MAX_AVOIDED_TOKENS}")  # fmt: skip
+    return avoided
 
 
 def check_terms(avoided: Terms, terms: Sequence[Terms], vocab: Vocab) -> None:
@@ -80,7 +90,12 @@ class AvoidConstraint(PhraseTables):
         self.sentence, self.progress = self.sentence[rows], self.progress[rows]
 
     def advance(self, tokens: Tensor) -> None:
-        self.progress = self._moved(torch.arange(tokens.numel(), device=tokens.device), tokens)
+        """Each row takes its token; a phrase it completes (the rule gave way) is followed on
+        from its longest border, so that the next completion is ruled out in turn."""
+        progress = self._moved(torch.arange(tokens.numel(), device=tokens.device), tokens)
+        lengths = self.lengths[self.sentence]
+        whole = (progress >= lengths) & (lengths > 0)
+        self.progress = torch.where(whole, self.border[self.sentence], progress)
 
 
 def with_avoided(avoided: Terms | Sequence[Sequence[int]] | None, constraint, sentences: int,

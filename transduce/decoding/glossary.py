@@ -89,12 +89,22 @@ class Glossary:
             terms.append([*own, *added[:room]])
         return terms
 
-    def check(self, vocab: Vocab) -> None:
-        """ValueError naming the translations with characters `vocab` lacks: no output of its
-        model could hold them (found now, not at the line that first uses one)."""
+    def check(self, vocab: Vocab, avoided=None) -> None:
+        """ValueError naming the translations with characters `vocab` lacks (no output of its
+        model could hold them) or, given `avoided` (`decoding/avoid.py`'s Terms), one that holds
+        an avoided phrase: found now, not at the line that first uses one."""
         bad = {t: vocab.lacking(c for c in t if not c.isspace()) for t in self.entries.values()}
         bad = {t: "".join(chars) for t, chars in bad.items() if chars}
         if bad:
             named = ", ".join(f"{t!r} ({chars!r})" for t, chars in list(bad.items())[:5])
             raise ValueError(f"{len(bad)} glossary translation(s) with characters the model's "
                              f"vocabulary lacks: {named}")  # fmt: skip
+        if avoided:
+            from .avoid import check_terms
+            from .terms import parse_terms
+
+            translations = list(self.entries.values())
+            try:
+                check_terms(avoided, parse_terms(vocab, [[t] for t in translations]), vocab)
+            except ValueError as error:  # "line N: the term ..." of entry N
+                raise ValueError(f"glossary {error}".replace("line", "entry", 1)) from error

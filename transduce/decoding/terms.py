@@ -128,19 +128,28 @@ def contains(tokens: Sequence[int], phrase: Sequence[int], glued: set[int] = fro
                for i in range(len(tokens) - n + 1))  # fmt: skip
 
 
-def _transitions(phrase: Sequence[int], width: int) -> list[list[int]]:
-    """For each progress p (tokens of the phrase matched) and each position j of the phrase:
-    the progress after the token phrase[j] comes, the longest start of the phrase that ends the
-    matched text (a mismatch need not lose everything: "a a b" after "a a a"). The automaton
-    of Knuth, Morris and Pratt: after a mismatch at p, what the longest start of the phrase
-    that ends its first p tokens would do. Rows from the phrase's length on are 0 (met)."""
-    n = len(phrase)
-    border = [0] * n  # border[i]: the longest proper start of phrase[: i + 1] that ends it
-    for i in range(1, n):
+@functools.lru_cache(maxsize=4096)
+def _borders(phrase: tuple[int, ...]) -> list[int]:
+    """border[i]: the length of the longest proper start of phrase[: i + 1] that ends it."""
+    border = [0] * len(phrase)
+    for i in range(1, len(phrase)):
         k = border[i - 1]
         while k and phrase[i] != phrase[k]:
             k = border[k - 1]
         border[i] = k + (phrase[i] == phrase[k])
+    return border
+
+
+@functools.lru_cache(maxsize=4096)
+def _transitions(phrase: tuple[int, ...], width: int) -> list[list[int]]:
+    """For each progress p (tokens of the phrase matched) and each position j of the phrase:
+    the progress after the token phrase[j] comes, the longest start of the phrase that ends the
+    matched text (a mismatch need not lose everything: "a a b" after "a a a"). The automaton
+    of Knuth, Morris and Pratt: after a mismatch at p, what the longest start of the phrase
+    that ends its first p tokens would do; after the whole phrase, as after its longest
+    border (an avoided phrase may come again: "a a" after "a a" then "a"). Rows past the
+    phrase's length are 0."""
+    n, border = len(phrase), _borders(phrase)
     table = [[0] * width for _ in range(width + 1)]
     for p in range(n):
         for j in range(n):
@@ -148,6 +157,8 @@ def _transitions(phrase: Sequence[int], width: int) -> list[list[int]]:
                 table[p][j] = p + 1
             elif p:
                 table[p][j] = table[border[p - 1]][j]
+    for j in range(n if n else 0):  # after the whole phrase: as after its longest border
+        table[n][j] = table[border[n - 1]][j]
     return table
 
 
@@ -167,14 +178,17 @@ class PhraseTables:
         self.lengths = torch.zeros(len(distinct), count, dtype=torch.long)  # 0: none, met
         self.whole = torch.zeros(len(distinct), count, dtype=torch.bool)
         self.step_to = torch.zeros(len(distinct), count, (width + 1) * width, dtype=torch.long)
+        self.border = torch.zeros(len(distinct), count, dtype=torch.long)  # the whole's border
         for s, sentence_terms in enumerate(distinct):
             for c, phrase in enumerate(sentence_terms.phrases):
                 self.tokens[s, c, : len(phrase)] = torch.tensor(phrase)
                 self.lengths[s, c] = len(phrase)
                 self.whole[s, c] = sentence_terms.whole[c]
-                self.step_to[s, c] = torch.tensor(_transitions(phrase, width)).flatten()
+                self.step_to[s, c] = torch.tensor(_transitions(tuple(phrase), width)).flatten()
+                self.border[s, c] = _borders(tuple(phrase))[-1]
         self.tokens, self.lengths = self.tokens.to(device), self.lengths.to(device)
         self.step_to, self.whole, self.width = self.step_to.to(device), self.whole.to(device), width
+        self.border = self.border.to(device)
         glue = next((t.glue for t in terms if t.glue is not None), None)
         self.glues = None if glue is None else glue.to(device)  # (V,)
         self.glued = set() if glue is None else set(glue.nonzero().flatten().tolist())
