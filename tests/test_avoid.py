@@ -111,8 +111,9 @@ def test_the_completing_token_is_ruled_out_after_any_way_into_the_phrase():
 
 def test_a_phrase_given_back_once_is_avoided_again():
     """A prefix may spell an avoided phrase (the rule gives way), but not open the door to a
-    second: after [5] forced, 5 is ruled out again; after [5, 6] forced, 5 then 6 is too."""
-    for phrase, forced, then in [((5,), [5], 5), ((5, 6), [5, 6, 5], 6)]:
+    second: after [5] forced, 5 is ruled out again; after [5, 6] forced, 5 then 6 is too;
+    after [5, 5] forced, a third 5 (which ends a second [5, 5]) at once."""
+    for phrase, forced, then in [((5,), [5], 5), ((5, 6), [5, 6, 5], 6), ((5, 5), [5, 5], 5)]:
         state = AvoidConstraint(Terms((phrase,), (False,)), 1, EOS, CPU)
         for token in forced:
             state.advance(torch.tensor([token]))
