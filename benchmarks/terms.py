@@ -42,8 +42,9 @@ def main() -> None:
     parser.add_argument("--lowercase-tokenized", action="store_true")
     args = parser.parse_args()
     translator, task = transduce.load(args.model), scoring(args.lowercase_tokenized)
-    sources = (args.data / f"{args.split}.src.txt").read_text(encoding="utf-8").splitlines()
-    references = (args.data / f"{args.split}.tgt.txt").read_text(encoding="utf-8").splitlines()
+    stem = args.data / args.split
+    split = transduce.read_parallel(f"{stem}.src.txt", f"{stem}.tgt.txt")  # equal line counts
+    sources, references = split.src, split.tgt
     print(f"{args.model}, {args.split} ({len(sources)} lines)")
     for beam in args.beams:
         decode = replace(translator.decode, beam_size=beam, terms_beam=beam)  # this beam
