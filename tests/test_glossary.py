@@ -9,7 +9,7 @@ import pytest
 from transduce.cli import main
 from transduce.decoding.glossary import Glossary
 
-from .conftest import save_toy_model, write_lines
+from .conftest import save_toy_model, toy_vocab, write_lines
 
 
 def test_source_phrases_match_as_whole_words_whatever_their_case():
@@ -26,6 +26,39 @@ def test_source_phrases_match_as_whole_words_whatever_their_case():
     assert Glossary([]).terms_of("anything") == []
     assert glossary.terms(["the dog", "grass"], [["Gras"], ["Gras"]]) == [["Gras", "Hund"],
                                                                            ["Gras"]]  # fmt: skip
+
+
+def test_source_phrases_in_a_script_without_spaces_and_in_tokenized_text(tmp_path):
+    """A Japanese source phrase sits inside running text ("犬" in "私は犬が好き"), a Latin one
+    beside it still ends its word; in pre-tokenized text every word stands between spaces ("犬"
+    is not in "子犬"): `translate --glossary` and the server read which from the model's task."""
+    from argparse import Namespace
+    from types import SimpleNamespace
+
+    from transduce.cli.guides import Guides
+    from transduce.config import TaskConfig
+
+    glossary = Glossary([("犬", "dog"), ("Pochi", "Pochi")])
+    assert glossary.terms_of("私は犬が好き") == ["dog"]
+    assert glossary.terms_of("Pochikoと子犬") == ["dog"]
+    lines = ["私 は 子犬 が 好き", "私 は 犬 が"]
+    assert glossary.for_text(True).terms(lines) == [[], ["dog"]]
+    assert glossary.for_text(False) is glossary and glossary.terms(lines) == [["dog"], ["dog"]]
+    path = write_lines(tmp_path / "glossary.tsv", ["犬\tdog"])
+    assert Glossary.read(path, tokenized=True).terms(lines) == [[], ["dog"]]
+    for task, terms in [(TaskConfig(tokenize="none", lowercase=True), [[], ["dog"]]),
+                        (TaskConfig(), [["dog"], ["dog"]])]:  # fmt: skip
+        guides = Guides(Namespace(prefix=None, terms=None, glossary=path, avoid=None))
+        vocab = toy_vocab(tmp_path / "vocab")  # it can write "dog"
+        guides.check(SimpleNamespace(vocab=vocab, task=SimpleNamespace(config=task)))
+        assert guides.of_group(lines, 0)["terms"] == terms
+    pytest.importorskip("fastapi", reason="the serve extra")
+    from transduce.serve.routes import _terms_with_glossary
+    from transduce.serve.schemas import TranslateRequest
+
+    body = TranslateRequest(texts=lines, glossary={"犬": "dog"})
+    assert _terms_with_glossary(body, TaskConfig(tokenize="none")) == [[], ["dog"]]
+    assert _terms_with_glossary(body, TaskConfig()) == [["dog"], ["dog"]]
 
 
 def test_a_glossary_file_and_its_mistakes_named(tmp_path):
@@ -119,3 +152,23 @@ def test_term_use_counts_terms_held_as_whole_words_and_evaluate_reports_it(tmp_p
     with pytest.raises(SystemExit, match="--terms counts terms in translations"):
         main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--terms", str(path), "--task",
               "parse"])  # fmt: skip
+
+
+def test_term_use_in_scripts_without_spaces_and_in_tokenized_text(tmp_path, capsys):
+    """Running Japanese holds "犬" inside "私は犬が" (no word ends to meet), a Latin term beside
+    it ends its word still ("Pochi" not in "Pochiko"); in tokenized text every word stands
+    between spaces, so "犬" is held by "は 犬 が" but not by "子犬", and the CLI's
+    --lowercase-tokenized counts so."""
+    from transduce import term_use
+
+    running = ["私は犬が好きです", "Pochikoと遊ぶ", "子犬がいる"]
+    assert term_use(running, [["犬"], ["Pochi"], ["犬"]]).score == pytest.approx(100 * 2 / 3)
+    tokenized = ["私 は 犬 が 好き です", "私 は 子犬 が 好き"]
+    assert term_use(tokenized, [["犬"], ["犬"]], tokenized=True).score == 50
+    assert term_use(tokenized, [["犬"], ["犬"]]).score == 100
+    assert "|tokenized|" in term_use(tokenized, [["犬"], []], tokenized=True).signature
+    hyp = write_lines(tmp_path / "hyp.txt", tokenized)
+    path = write_lines(tmp_path / "terms.txt", ["犬", "犬"])
+    main(["evaluate", "--hyp", str(hyp), "--ref", str(hyp), "--terms", str(path),
+          "--lowercase-tokenized"])  # fmt: skip
+    assert "term use = 50.00 (1 of 2 terms" in capsys.readouterr().out

@@ -15,6 +15,7 @@ pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]
 
 import torch  # noqa: E402
 
+from transduce.config import TaskConfig  # noqa: E402
 from transduce.serve.engine import BadRequest, TranslateWork  # noqa: E402
 from transduce.serve.server import Background  # noqa: E402
 from transduce.serve.settings import ServeSettings  # noqa: E402
@@ -139,7 +140,7 @@ def test_a_lone_surrogate_prefix_is_refused(served):
 
 
 def test_a_parsers_facts_refuse_a_prefix(engine):
-    parser = replace(engine.facts, task="parse")
+    parser = replace(engine.facts, task=TaskConfig(name="parse"))
     with pytest.raises(BadRequest, match="a prefix is for translation, not for a parse model"):
         parser.guided_lengths(["(S"], None)
     # "the", then "dog" a piece a letter after a lone word start, and the end
@@ -205,7 +206,7 @@ def test_merged_requests_with_terms_get_what_offline_translation_gives(engine, s
 
 
 def test_a_parsers_facts_refuse_terms_and_count_them_with_a_prefix(engine):
-    parser = replace(engine.facts, task="parse")
+    parser = replace(engine.facts, task=TaskConfig(name="parse"))
     with pytest.raises(BadRequest, match="terms are for translation, not for a parse model"):
         parser.guided_lengths(None, [["(S"]])
     counts = engine.facts.guided_lengths(["the dog", ""], [["grass", "the dog"], []])

@@ -236,7 +236,8 @@ def test_a_term_in_a_script_without_spaces_is_held_as_running_text_has_it(tmp_pa
     ("▁私 は 犬 が"): the term is the piece without the mark, and no piece after it is kept
     from gluing (the script has no word ends to keep); Indic vowel signs end spaced words."""
     from transduce.data.bpe import train_joint
-    from transduce.decoding.terms import _spaced, parse_terms
+    from transduce.decoding.terms import parse_terms
+    from transduce.writing import spaced
 
     rng = random.Random(0)
     words = ["私", "は", "犬", "が", "好き", "です", "猫", "と", "公園", "で", "遊ぶ"]
@@ -246,7 +247,31 @@ def test_a_term_in_a_script_without_spaces_is_held_as_running_text_has_it(tmp_pa
     terms = parse_terms(vocab, [["犬", "公園で"]])[0]
     assert [vocab.pieces(list(p)) for p in terms.phrases] == [["犬"], ["公園", "で"]]
     assert terms.whole == (False, False)
-    assert _spaced("\u093e") and _spaced("a") and not _spaced("犬") and not _spaced(".")
+    assert spaced("\u093e") and spaced("a") and not spaced("犬") and not spaced(".")
+
+
+def test_in_tokenized_text_a_term_is_a_word_of_its_own_in_every_script(tmp_path):
+    """A pre-tokenized Japanese corpus (small_parallel_enja: "私 は 犬 が") writes "犬" as a
+    word's start, as it encodes alone: the term keeps the mark, ends a word, and a piece that
+    would glue onto it ("犬" + "小屋") counts as gluing there, not in running text."""
+    from transduce.config import TaskConfig
+    from transduce.data.bpe import train_joint
+    from transduce.decoding.terms import _gluing, parse_terms
+
+    rng = random.Random(0)
+    words = ["私", "は", "犬", "が", "好き", "です", "猫", "と", "公園", "で", "犬小屋", "子犬"]
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 8))) for _ in range(300)]
+    vocab = train_joint(lines, 40, tmp_path / "ja")
+    tokenized = TaskConfig(tokenize="none", lowercase=True)
+    terms = parse_terms(vocab, [["犬", "公園 で"]], tokenized)[0]
+    assert [list(p) for p in terms.phrases] == vocab.encode(["犬", "公園 で"])
+    assert vocab.pieces(list(terms.phrases[0]))[0].startswith("\u2581")
+    assert terms.whole == (True, True)
+    cjk_inside = [i for i, piece in enumerate(vocab.pieces(list(range(vocab.size))))
+                  if piece[:1] in "犬小屋猫公園"]  # fmt: skip
+    assert cjk_inside and terms.glue[cjk_inside].all()
+    assert not _gluing(vocab, False)[cjk_inside].any()
+    assert parse_terms(vocab, [["犬"]])[0].whole == (False,)
 
 
 def test_translations_hold_the_terms_as_whole_words(tmp_path):

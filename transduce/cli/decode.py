@@ -195,4 +195,5 @@ def _term_use(args, hypotheses: list[str]):
     if len(lines) != len(hypotheses):
         raise ValueError(f"--terms {args.terms} has {len(lines)} lines, --hyp {args.hyp} "
                          f"{len(hypotheses)}: one a line ('' for none)")  # fmt: skip
-    return term_use(hypotheses, lines, lowercase=args.lowercase_tokenized)
+    tokenized = args.lowercase_tokenized  # the text's own tokens, spaced in every script
+    return term_use(hypotheses, lines, lowercase=tokenized, tokenized=tokenized)

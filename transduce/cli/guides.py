@@ -58,11 +58,13 @@ class Guides:
         term (of --terms or the glossary) that holds an avoided phrase."""
         from ..decoding.avoid import check_terms, parse_avoided
         from ..decoding.terms import parse_terms
+        from ..tasks.translation import is_tokenized
 
-        vocab, task = translator.vocab, translator.task.config.name
+        vocab, task = translator.vocab, translator.task.config
         banned = parse_avoided(vocab, self.avoided or [], task)
         if self.glossary is not None:
-            self.glossary.check(vocab, banned)
+            self.glossary = self.glossary.for_text(is_tokenized(task))
+            self.glossary.check(vocab, banned, task)
         if banned and "terms" in self.files:
             check_terms(banned, parse_terms(vocab, self.files["terms"].entries, task), vocab)
 

@@ -18,14 +18,16 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ..config import TaskConfig
 from ..data.bpe import Vocab
+from ..tasks.translation import TRANSLATION
 from .terms import PhraseTables, Terms, contains, parse_terms
 
 MAX_AVOIDED = 1000  # phrases: each row's progress through each is followed every step
 MAX_AVOIDED_TOKENS = 16  # a phrase's subwords: its table grows with their square
 
 
-def parse_avoided(vocab: Vocab, phrases: Sequence[str], task: str = "translation") -> Terms:
+def parse_avoided(vocab: Vocab, phrases: Sequence[str], task: TaskConfig = TRANSLATION) -> Terms:
     """The phrases to avoid as token ids, as terms are read (blank ones dropped, each once); a
     phrase with characters the vocabulary lacks is dropped too, since no output can hold it.
     ValueError for more than MAX_AVOIDED and for a model of another task."""
@@ -36,8 +38,8 @@ def parse_avoided(vocab: Vocab, phrases: Sequence[str], task: str = "translation
         return Terms()
     if len(texts) > MAX_AVOIDED:
         raise ValueError(f"{len(texts)} phrases to avoid: at most {MAX_AVOIDED}")
-    if task != "translation":
-        raise ValueError(f"an avoid list is for translation, not for a {task} model")
+    if task.name != "translation":
+        raise ValueError(f"an avoid list is for translation, not for a {task.name} model")
     writable = [t for t in texts if not vocab.lacking(c for c in t if not c.isspace())]
     if not writable:
         return Terms()

@@ -14,7 +14,10 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..config import TaskConfig
 from ..data.bpe import Vocab
+from ..tasks.translation import TRANSLATION
+from ..writing import as_words
 
 
 def _folded(text: str) -> str:
@@ -23,9 +26,12 @@ def _folded(text: str) -> str:
 
 
 class Glossary:
-    """Source phrase -> its translation, matched in lines as whole words, case ignored."""
+    """Source phrase -> its translation, matched in lines as whole words, case ignored. A
+    phrase's edge in a script written without spaces may sit inside a word ("犬" in "私は犬が"),
+    unless the source text is pre-tokenized (`tokenized`: every word between spaces)."""
 
-    def __init__(self, entries: Iterable[tuple[str, str]]):
+    def __init__(self, entries: Iterable[tuple[str, str]], tokenized: bool = False):
+        self.tokenized = tokenized
         self.entries: dict[str, str] = {}
         for number, (source, target) in enumerate(entries, start=1):
             source, target = " ".join(source.split()), " ".join(target.split())
@@ -39,11 +45,14 @@ class Glossary:
             self.entries[_folded(source)] = target
         # Longest first, so that a longer phrase is matched before a phrase inside it.
         sources = sorted(self.entries, key=len, reverse=True)
-        words = [r"\s+".join(map(re.escape, source.split())) for source in sources]
-        self._pattern = re.compile(r"(?<!\w)(?:" + "|".join(words) + r")(?!\w)")
+        self._pattern = re.compile("|".join(as_words(source, tokenized) for source in sources))
+
+    def for_text(self, tokenized: bool) -> Glossary:
+        """The same entries matched in text that is (or is not) pre-tokenized."""
+        return self if tokenized == self.tokenized else Glossary(self.entries.items(), tokenized)
 
     @classmethod
-    def read(cls, path: Path | str) -> Glossary:
+    def read(cls, path: Path | str, tokenized: bool = False) -> Glossary:
         """A file of 'source<TAB>translation' lines (UTF-8; blank lines and lines starting
         with '#' skipped)."""
         from ..data.corpus import read_lines
@@ -58,7 +67,7 @@ class Glossary:
                 raise ValueError(f"{path} line {number}: expected 'source<TAB>translation', "
                                  f"got {len(fields)} field(s)")  # fmt: skip
             entries.append((fields[0], fields[1]))
-        return cls(entries)
+        return cls(entries, tokenized)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -89,10 +98,11 @@ class Glossary:
             terms.append([*own, *added[:room]])
         return terms
 
-    def check(self, vocab: Vocab, avoided=None) -> None:
+    def check(self, vocab: Vocab, avoided=None, task: TaskConfig = TRANSLATION) -> None:
         """ValueError naming the translations with characters `vocab` lacks (no output of its
         model could hold them) or, given `avoided` (`decoding/avoid.py`'s Terms), one that holds
-        an avoided phrase: found now, not at the line that first uses one."""
+        an avoided phrase (read as `task`'s text is written, `TaskConfig`): found now, not at the
+        line that first uses one."""
         bad = {t: vocab.lacking(c for c in t if not c.isspace()) for t in self.entries.values()}
         bad = {t: "".join(chars) for t, chars in bad.items() if chars}
         if bad:
@@ -105,6 +115,6 @@ class Glossary:
 
             translations = list(self.entries.values())
             try:
-                check_terms(avoided, parse_terms(vocab, [[t] for t in translations]), vocab)
+                check_terms(avoided, parse_terms(vocab, [[t] for t in translations], task), vocab)
             except ValueError as error:  # "line N: the term ..." of entry N
                 raise ValueError(f"glossary {error}".replace("line", "entry", 1)) from error

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..config import TaskConfig
 from ..data.bpe import Vocab
+from ..tasks.translation import TRANSLATION
 from .constraints import WORD_START, Constraint
 
 
@@ -93,12 +95,14 @@ class Prefix:
         return len(self.ids) + (len(self.rest) + 1 if self.rest else int(self.new_word))
 
 
-def parse_prefixes(vocab: Vocab, texts: Sequence[str], task: str = "translation") -> list[Prefix]:
+def parse_prefixes(
+    vocab: Vocab, texts: Sequence[str], task: TaskConfig = TRANSLATION
+) -> list[Prefix]:
     """Each text as a `Prefix` over `vocab` ('': none); ValueError for one with characters the
     vocabulary lacks, since no output could start with it, and for a model of another `task`
     (a parser's outputs are linearised trees, not text to start)."""
-    if task != "translation":
-        raise ValueError(f"a prefix is for translation, not for a {task} model")
+    if task.name != "translation":
+        raise ValueError(f"a prefix is for translation, not for a {task.name} model")
     table, prefixes = PieceTable.of(vocab), []
     for number, text in enumerate(texts, start=1):
         if lacking := vocab.lacking(c for c in text if not c.isspace()):  # spaces split words

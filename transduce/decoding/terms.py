@@ -23,14 +23,16 @@ not (the limit is raised to fit the phrases); the n best put those meeting every
 from __future__ import annotations
 
 import functools
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from ..config import TaskConfig
 from ..data.bpe import Vocab
+from ..tasks.translation import TRANSLATION, is_tokenized
+from ..writing import bounds_words, unspaced
 from .constraints import WORD_START, Constraint
 
 MAX_TERMS = 16  # phrases a sentence: the search widens by one candidate a phrase a hypothesis
@@ -40,8 +42,9 @@ MAX_TERMS = 16  # phrases a sentence: the search widens by one candidate a phras
 class Terms:
     """One sentence's phrases as token ids. `whole[i]`: phrase i ends a word, so a piece glued
     onto it does not meet it ("iglu" is no term in "igluft"); `glue` (V,) the pieces that glue
-    (a letter, digit or mark of a spaced script that starts no word). A phrase ending in a
-    script written without spaces (Japanese, Chinese, Thai) may be followed by anything."""
+    (a letter, digit or mark of a spaced script that starts no word; of any script in
+    pre-tokenized text). A phrase ending in a script written without spaces (Japanese, Chinese,
+    Thai) may be followed by anything, unless the text is pre-tokenized."""
 
     phrases: tuple[tuple[int, ...], ...] = ()
     whole: tuple[bool, ...] = ()
@@ -57,13 +60,15 @@ class Terms:
 
 
 def parse_terms(
-    vocab: Vocab, lines: Sequence[Sequence[str]], task: str = "translation"
+    vocab: Vocab, lines: Sequence[Sequence[str]], task: TaskConfig = TRANSLATION
 ) -> list[Terms]:
     """Each line's phrases as token ids; blank phrases are dropped, a repeated one counted
     once. ValueError for a phrase with characters the vocabulary lacks (no output could hold
-    it), more than MAX_TERMS phrases for a line, and a model of another `task`."""
-    if task != "translation":
-        raise ValueError(f"terms are for translation, not for a {task} model")
+    it), more than MAX_TERMS phrases for a line, and a model of another `task`. A phrase is
+    encoded as the model writes it: in running text of a script without spaces glued to the
+    word before it; in pre-tokenized text (`is_tokenized`) a word of its own, in any script."""
+    if task.name != "translation":
+        raise ValueError(f"terms are for translation, not for a {task.name} model")
     parsed = []
     for number, phrases in enumerate(lines, start=1):
         if isinstance(phrases, str):
@@ -76,26 +81,12 @@ def parse_terms(
                 raise ValueError(f"term {text!r} of line {number}: the model's vocabulary "
                                  f"lacks {''.join(lacking)!r}: no output can hold it")  # fmt: skip
         encoded = vocab.encode(texts) if texts else []
-        phrases = tuple(_glued(vocab, ids) if _unspaced(text[0]) else tuple(ids)
+        tokenized = is_tokenized(task)
+        phrases = tuple(_glued(vocab, ids) if not tokenized and unspaced(text[0]) else tuple(ids)
                         for text, ids in zip(texts, encoded, strict=True))  # fmt: skip
-        whole = tuple(_spaced(text[-1]) for text in texts)
-        parsed.append(Terms(phrases, whole, _gluing(vocab)))
+        whole = tuple(bounds_words(text[-1], tokenized) for text in texts)
+        parsed.append(Terms(phrases, whole, _gluing(vocab, tokenized)))
     return parsed
-
-
-UNSPACED = ("CJK", "HIRAGANA", "KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR", "TIBETAN")
-
-
-def _spaced(char: str) -> bool:
-    """A letter, digit or mark (an Indic vowel sign) of a script that separates words by
-    spaces."""
-    word = char.isalnum() or unicodedata.category(char).startswith("M")
-    return word and not unicodedata.name(char, "").startswith(UNSPACED)
-
-
-def _unspaced(char: str) -> bool:
-    """A letter of a script written without spaces between words."""
-    return char.isalnum() and unicodedata.name(char, "").startswith(UNSPACED)
 
 
 def _glued(vocab: Vocab, ids: Sequence[int]) -> tuple[int, ...]:
@@ -113,12 +104,14 @@ def _glued(vocab: Vocab, ids: Sequence[int]) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=4)
-def _gluing(vocab: Vocab) -> Tensor:
-    """(V,) the pieces that continue the word before them with a letter or digit."""
+def _gluing(vocab: Vocab, tokenized: bool = False) -> Tensor:
+    """(V,) the pieces that continue the word before them with a letter or digit (of a spaced
+    script, or of any in pre-tokenized text)."""
     pieces = vocab.pieces(list(range(vocab.size)))
     specials = {vocab.pad, vocab.unk, vocab.bos, vocab.eos}
     return torch.tensor([i not in specials and not piece.startswith(WORD_START) and
-                         _spaced(piece[:1] or " ") for i, piece in enumerate(pieces)])  # fmt: skip
+                         bounds_words(piece[:1] or " ", tokenized)
+                         for i, piece in enumerate(pieces)])  # fmt: skip
 
 
 def contains(tokens: Sequence[int], phrase: Sequence[int], glued: set[int] = frozenset()) -> bool:

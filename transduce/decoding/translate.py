@@ -293,7 +293,7 @@ class Translator:
             raise ValueError(f"{len(prefixes)} prefixes for {len(lines)} lines: give one a line "
                              "('' for none)")  # fmt: skip
         prefixes = [p if line.strip() else "" for p, line in zip(prefixes, lines, strict=True)]
-        return parse_prefixes(self.vocab, prefixes, self.task.config.name)
+        return parse_prefixes(self.vocab, prefixes, self.task.config)
 
     def _terms(self, terms: Sequence[Sequence[str]] | None, lines: list[str]) -> list[Terms] | None:
         """Each line's terms parsed, checked: a list a line (an empty line's are not read)."""
@@ -304,13 +304,13 @@ class Translator:
             raise ValueError(f"{count} for {len(lines)} lines: give a list of phrases a line "
                              "([] for none)")  # fmt: skip
         terms = [t if line.strip() else [] for t, line in zip(terms, lines, strict=True)]
-        return parse_terms(self.vocab, terms, self.task.config.name)
+        return parse_terms(self.vocab, terms, self.task.config)
 
     def _avoided(self, avoid: Sequence[str] | None, terms: list[Terms] | None) -> Terms | None:
         """The avoid list parsed, checked against the terms: none may hold an avoided phrase."""
         if avoid is None:
             return None
-        avoided = parse_avoided(self.vocab, avoid, self.task.config.name)
+        avoided = parse_avoided(self.vocab, avoid, self.task.config)
         check_terms(avoided, terms or [], self.vocab)
         return avoided
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..config import DecodeConfig
+from ..config import DecodeConfig, TaskConfig
 from ..data.bpe import Vocab
 from ..decoding.avoid import check_terms, parse_avoided
 from ..decoding.channel import rerank, scored_candidates
@@ -23,6 +23,7 @@ from ..decoding.translate import Translator
 from ..models import count_parameters
 from ..models.ensemble import AttendDifferently
 from ..models.saved import model_paths
+from ..tasks.translation import TRANSLATION
 from ..viz.alignment import align, default_layer, pharaoh
 from ..viz.capture import attention_of_ids, best_translations
 from ..viz.page import page_data
@@ -72,7 +73,7 @@ class ModelFacts:
     attention_layers: int  # the deepest stack's: the attention views' layers 0 to this - 1
     # Why the model has no attention to show (an ensemble of models of different shapes), or None.
     no_attention: str | None = None
-    task: str = "translation"  # TaskConfig.name
+    task: TaskConfig = TRANSLATION
     channel: str | None = None  # the reverse model's name, for `channel_weight`; None: none
 
     def guided_lengths(
@@ -157,7 +158,7 @@ class Engine:
             self.max_positions,
             layers,
             no_attention,
-            translator.task.config.name,
+            translator.task.config,
             None if reverse is None else self.reverse_name,
         )
 

@@ -12,9 +12,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
+from ..config import TaskConfig
 from ..decoding.glossary import Glossary
 from ..decoding.sampling import Sampling
 from ..decoding.terms import MAX_TERMS
+from ..tasks.translation import is_tokenized
 from .batcher import Job, QueueFull
 from .engine import AttentionWork, BadRequest, ScoreWork, TranslateWork
 from .schemas import (
@@ -98,7 +100,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     tokens = _checked_lengths(server, lines)
     if body.alignments:  # refused here, before it is batched with requests that can be served
         _checked(server.facts.check_attention)
-    prefixes, terms = body.prefix_lines, _terms_with_glossary(body)
+    prefixes, terms = body.prefix_lines, _terms_with_glossary(body, server.facts.task)
     if prefixes is not None or terms is not None:  # none could hold it: 422; too long: 413
         counts = _checked(server.facts.guided_lengths, prefixes, terms)
         kind = " and ".join(k for k, given in (("prefix", prefixes), ("terms", terms)) if given)
@@ -210,13 +212,13 @@ def _checked_lengths(server, lines: list[str], kind: str = "sentence") -> int:
     return sum(counts)
 
 
-def _terms_with_glossary(body: TranslateRequest) -> list[list[str]] | None:
+def _terms_with_glossary(body: TranslateRequest, task: TaskConfig) -> list[list[str]] | None:
     """Each line's terms, those of the glossary it uses added; None when no line has any. A
     glossary entry without a source or a translation: 422."""
     if not body.glossary:
         return body.term_lines
     try:
-        glossary = Glossary(body.glossary.items())
+        glossary = Glossary(body.glossary.items(), is_tokenized(task))
     except ValueError as error:
         raise HTTPException(422, str(error)) from error
     terms = glossary.terms(body.lines, body.term_lines, MAX_TERMS)  # those a text uses first

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import sacrebleu
 
 from ..lines import sentence_list
+from ..writing import as_words
 
 logger = logging.getLogger(__name__)
 
@@ -92,12 +93,15 @@ def chrf(hypotheses: list[str], references: list[str]) -> Score:
     return Score("chrF", result.score, str(metric.get_signature()), str(result))
 
 
-def term_use(hypotheses: list[str], terms: list[list[str]], lowercase: bool = False) -> Score:
+def term_use(
+    hypotheses: list[str], terms: list[list[str]], lowercase: bool = False, tokenized: bool = False
+) -> Score:
     """The share of the given terms the hypotheses hold as whole words, each line its own
     (exact-match term accuracy, as the WMT 2021 terminology task reports it): what
     `translate --terms` and `--glossary` promise, measured on the text a reader sees (a term
-    inside a longer word, "Hund" in "Hunde", is not held). Text composed (NFC) and, with
-    `lowercase`, case-folded."""
+    inside a longer word, "Hund" in "Hunde", is not held; in running text of a script without
+    spaces, "犬" in "私は犬が", it is; in `tokenized` text every word stands between spaces, in
+    any script). Text composed (NFC) and, with `lowercase`, case-folded."""
     hypotheses = sentence_list(hypotheses, "hypotheses")
     if len(terms) != len(hypotheses):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(terms)} term lines: one each")
@@ -105,15 +109,16 @@ def term_use(hypotheses: list[str], terms: list[list[str]], lowercase: bool = Fa
     for hypothesis, line in zip(hypotheses, terms, strict=True):
         text = _as_compared(hypothesis, lowercase)
         for term in (t for t in line if t.strip()):
-            words = r"\s+".join(map(re.escape, _as_compared(term, lowercase).split()))
-            held += re.search(rf"(?<!\w){words}(?!\w)", text) is not None
+            pattern = as_words(_as_compared(term, lowercase), tokenized)
+            held += re.search(pattern, text) is not None
             asked += 1
     if not asked:
         raise ValueError("no terms to count: every term line is empty")
     share = 100 * held / asked
     case = "lc" if lowercase else "mixed"
     detail = f"term use = {share:.2f} ({held} of {asked} terms held as whole words)"
-    return Score("term use", share, f"terms:{asked}|whole-words|case:{case}|nfc", detail)
+    words = "whole-words|tokenized" if tokenized else "whole-words"
+    return Score("term use", share, f"terms:{asked}|{words}|case:{case}|nfc", detail)
 
 
 def _as_compared(text: str, lowercase: bool) -> str:

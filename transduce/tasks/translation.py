@@ -47,3 +47,12 @@ class Translation:
 def scoring(tokenized: bool) -> TaskConfig:
     """The translation task for text that is (or is not) lowercased and tokenized already."""
     return TaskConfig(tokenize="none", lowercase=True) if tokenized else TaskConfig()
+
+
+def is_tokenized(task: TaskConfig) -> bool:
+    """Whether the task's text is pre-tokenized (scored on its own tokens): every word stands
+    between spaces, in any script, Japanese and Chinese too."""
+    return task.tokenize == "none"
+
+
+TRANSLATION = scoring(tokenized=False)  # raw text, scored by sacreBLEU's defaults
