@@ -118,6 +118,22 @@ def test_no_terms_and_empty_lists_change_nothing():
                            terms=terms) == plain  # fmt: skip
 
 
+@pytest.mark.parametrize("guide", ["terms", "avoid"])
+def test_token_ids_past_the_vocabulary_or_below_zero_are_refused_by_name(guide):
+    """Token-id phrases handed to the search directly (text is encoded within the vocabulary):
+    an id past it is named at the first step, where a GPU would index with it and assert."""
+    model = tiny_model(seed=6)
+    src, _ = _sources()
+    vocabulary = model.config.vocab_size
+    for ids, message in [([vocabulary], f"token id {vocabulary} is past the model's {vocabulary}"),
+                         ([-1], "must be >= 0")]:  # fmt: skip
+        given = [[ids]] * len(src) if guide == "terms" else [ids]
+        with pytest.raises(ValueError, match=message):
+            beam_search(model, src, **SPECIALS, beam_size=2, max_len_b=3, **{guide: given})
+    given = [[[vocabulary - 1]]] * len(src) if guide == "terms" else [[vocabulary - 1]]
+    assert beam_search(model, src, **SPECIALS, beam_size=2, max_len_b=3, **{guide: given})
+
+
 def test_the_beam_keeps_a_hypothesis_that_met_a_term_beside_likelier_ones():
     """Beam 2 and a term the model finds unlikely: the plain beam never writes it, the banks
     keep a hypothesis holding it, and the likeliest output holding it is what the widest beam

@@ -76,6 +76,7 @@ class AvoidConstraint(PhraseTables):
     def restrict(self, log_probs: Tensor, room: Tensor) -> None:
         """Rule out each token that would complete an avoided phrase, unless a row would be
         left with nothing."""
+        self.check_within(log_probs.size(1))
         lengths = self.lengths[self.sentence]
         rows, phrases = ((self.progress == lengths - 1) & (lengths > 0)).nonzero(as_tuple=True)
         if not rows.numel():

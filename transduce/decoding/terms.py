@@ -165,6 +165,9 @@ class PhraseTables:
         table_of: dict[int, int] = {}
         of_sentence = [table_of.setdefault(id(t), len(table_of)) for t in terms]
         distinct = list({id(t): t for t in terms}.values())
+        self.highest = max((token for t in distinct for p in t.phrases for token in p), default=0)
+        if min((token for t in distinct for p in t.phrases for token in p), default=0) < 0:
+            raise ValueError("a phrase's token ids must be >= 0")
         count = max(1, max(len(t.phrases) for t in distinct))
         width = max(1, max((len(p) for t in distinct for p in t.phrases), default=1))
         self.tokens = torch.full((len(distinct), count, width), -1, dtype=torch.long)
@@ -188,6 +191,15 @@ class PhraseTables:
         self.sentence = torch.tensor(of_sentence, device=device)  # each row's table
         self.progress = torch.zeros(len(terms), count, dtype=torch.long, device=device)
         self.phrase = torch.arange(count, device=device)
+
+    def check_within(self, vocabulary: int) -> None:
+        """ValueError for a phrase's token id past the vocabulary (ids handed to the search
+        directly; text is encoded within it): named at the first step, where on a GPU indexing
+        with it would be a device-side assert."""
+        if self.highest >= vocabulary:
+            raise ValueError(f"a phrase's token id {self.highest} is past the model's "
+                             f"{vocabulary}-token vocabulary")  # fmt: skip
+        self.highest = -1  # checked: once a search
 
     def _moved(self, rows: Tensor, tokens: Tensor) -> Tensor:
         """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`, by the tables
@@ -213,6 +225,7 @@ class TermConstraint(PhraseTables):
         all the same: the search forces that after), and a phrase it has just met ends a word
         unless the row can do nothing else (a prefix that goes on spelling it, "dogs" for
         "dog": then the phrase is undone and to be met again)."""
+        self.check_within(log_probs.size(1))
         unmet = (self.progress < self.lengths[self.sentence]).any(dim=1)
         log_probs[unmet & (room > 0), self.eos] = float("-inf")
         if self.glues is not None and bool(self.just_met.any()):
