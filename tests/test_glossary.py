@@ -38,12 +38,16 @@ def test_source_phrases_in_a_script_without_spaces_and_in_tokenized_text(tmp_pat
     from transduce.cli.guides import Guides
     from transduce.config import TaskConfig
 
-    glossary = Glossary([("犬", "dog"), ("Pochi", "Pochi")])
+    glossary = Glossary([("犬", "dog"), ("Pochi", "Pochi"), ("iPhone", "iPhone"), ("U.S.", "USA")])
     assert glossary.terms_of("私は犬が好き") == ["dog"]
+    assert glossary.terms_of("新しいiPhoneを") == ["iPhone"]  # Japanese beside it: no word
+    assert glossary.terms_of("the u.s.a. team") == []  # a word beside its final period
     assert glossary.terms_of("Pochikoと子犬") == ["dog"]
     lines = ["私 は 子犬 が 好き", "私 は 犬 が"]
     assert glossary.for_text(True).terms(lines) == [[], ["dog"]]
     assert glossary.for_text(False) is glossary and glossary.terms(lines) == [["dog"], ["dog"]]
+    many = Glossary([(f"w{i} w", "x") for i in range(1000)] + [(f"犬{i}", "y") for i in range(9)])
+    assert many._pattern.pattern.count("(?<!") == 1  # a check a place, not one a phrase
     path = write_lines(tmp_path / "glossary.tsv", ["犬\tdog"])
     assert Glossary.read(path, tokenized=True).terms(lines) == [[], ["dog"]]
     for task, terms in [(TaskConfig(tokenize="none", lowercase=True), [[], ["dog"]]),
@@ -163,6 +167,9 @@ def test_term_use_in_scripts_without_spaces_and_in_tokenized_text(tmp_path, caps
 
     running = ["私は犬が好きです", "Pochikoと遊ぶ", "子犬がいる"]
     assert term_use(running, [["犬"], ["Pochi"], ["犬"]]).score == pytest.approx(100 * 2 / 3)
+    mixed = ["新しいiPhone 15を買った", "犬が3匹いる", "人々とｶﾒﾗ", "ASP.NET", "C++11", "hotdogs"]
+    terms = [["iPhone 15"], ["3匹"], ["人々", "ｶﾒﾗ"], [".NET"], ["C++"], [" dog "]]
+    assert term_use(mixed, terms).score == pytest.approx(100 * 4 / 7)  # the last three not
     tokenized = ["私 は 犬 が 好き です", "私 は 子犬 が 好き"]
     assert term_use(tokenized, [["犬"], ["犬"]], tokenized=True).score == 50
     assert term_use(tokenized, [["犬"], ["犬"]]).score == 100

@@ -131,7 +131,9 @@ def test_token_ids_past_the_vocabulary_or_below_zero_are_refused_by_name(guide):
         with pytest.raises(ValueError, match=message):
             beam_search(model, src, **SPECIALS, beam_size=2, max_len_b=3, **{guide: given})
     given = [[[vocabulary - 1]]] * len(src) if guide == "terms" else [[vocabulary - 1]]
-    assert beam_search(model, src, **SPECIALS, beam_size=2, max_len_b=3, **{guide: given})
+    found = beam_search(model, src, **SPECIALS, beam_size=2, max_len_b=3, **{guide: given})
+    held = [vocabulary - 1 in hyps[0].tokens for hyps in found]
+    assert held == [guide == "terms"] * len(src)  # the last id is a token like any other
 
 
 def test_the_beam_keeps_a_hypothesis_that_met_a_term_beside_likelier_ones():
@@ -264,6 +266,7 @@ def test_a_term_in_a_script_without_spaces_is_held_as_running_text_has_it(tmp_pa
     assert [vocab.pieces(list(p)) for p in terms.phrases] == [["犬"], ["公園", "で"]]
     assert terms.whole == (False, False)
     assert spaced("\u093e") and spaced("a") and not spaced("犬") and not spaced(".")
+    assert not any(spaced(c) for c in "々〇ｶﾒﾗかナ") and spaced("한")  # Korean has spaces
 
 
 def test_in_tokenized_text_a_term_is_a_word_of_its_own_in_every_script(tmp_path):

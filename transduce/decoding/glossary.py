@@ -9,7 +9,6 @@ longer entry wins ("hot dog" rather than "hot")."""
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 from ..config import TaskConfig
 from ..data.bpe import Vocab
 from ..tasks.translation import TRANSLATION
-from ..writing import as_words
+from ..writing import any_of_words
 
 
 def _folded(text: str) -> str:
@@ -45,7 +44,7 @@ class Glossary:
             self.entries[_folded(source)] = target
         # Longest first, so that a longer phrase is matched before a phrase inside it.
         sources = sorted(self.entries, key=len, reverse=True)
-        self._pattern = re.compile("|".join(as_words(source, tokenized) for source in sources))
+        self._pattern = any_of_words(sources, tokenized)
 
     def for_text(self, tokenized: bool) -> Glossary:
         """The same entries matched in text that is (or is not) pre-tokenized."""
