@@ -357,6 +357,7 @@ def test_prepare_hands_its_flags_to_the_preparation(tmp_path, monkeypatch):
     import transduce.data.corpus as corpus
     import transduce.data.dataset as dataset
     import transduce.data.ptb as ptb
+    from transduce.config import TaskConfig
     from transduce.data.corpus import LengthFilter
     from transduce.tasks.translation import scoring
 
@@ -386,6 +387,9 @@ def test_prepare_hands_its_flags_to_the_preparation(tmp_path, monkeypatch):
     assert (seen["vocab_size"], seen["character_coverage"], seen["force"]) == (10000, 0.9995, False)
     assert seen["task"] == scoring(True)  # Multi30k's tok variant is lowercased and tokenized
     assert seen["description"] == {"corpus": "multi30k", "variant": "tok", "src": "en", "tgt": "ja"}
+    for target, tokenizer in [("ja", "char"), ("zh", "zh"), ("de", "13a")]:  # raw text, by --tgt
+        run("prepare", "files", "--src", "en", "--tgt", target, *given, "--out", tmp_path / "o")
+        assert seen["task"] == TaskConfig(tokenize=tokenizer)
     run("prepare", "ptb", "--data-dir", tmp_path, "--out", tmp_path / "trees", "--tags",
         "--train-fraction", 0.5)  # fmt: skip
     assert seen["treebank"] == (tmp_path, tmp_path / "trees", dict(

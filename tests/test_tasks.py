@@ -81,6 +81,30 @@ def test_translation_is_scored_as_its_task_says():
     ]
 
 
+def test_raw_text_of_a_language_without_spaces_is_scored_on_its_characters(tmp_path, capsys):
+    """13a leaves a raw Japanese sentence one word, so one word wrong scores 0: Japanese (and
+    Thai, ...) raw text is scored on characters, Chinese by sacreBLEU's zh tokenizer, as
+    `prepare` chooses by the target language; `evaluate --tokenize` asks for one."""
+    from transduce.cli import main
+    from transduce.tasks.translation import raw_tokenizer
+
+    hypotheses, references = ["私は猫が好きです。"], ["私は犬が好きです。"]
+    assert get_task(TaskConfig()).score(hypotheses, references).score == 0.0
+    japanese = get_task(scoring(False, "ja")).score(hypotheses, references)
+    assert 0 < japanese.score < 100 and "tok:char" in japanese.signature
+    assert "tok:zh" in get_task(scoring(False, "zh")).score(hypotheses, references).signature
+    assert [raw_tokenizer(t) for t in ("ja_JP", "zh-Hant", "TH", "de", None)] == [
+        "char", "zh", "char", "13a", "13a"]  # fmt: skip
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text(hypotheses[0] + "\n", encoding="utf-8")
+    ref.write_text(references[0] + "\n", encoding="utf-8")
+    main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--tokenize", "char"])
+    assert f"BLEU = {japanese.score:.2f}" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--tokenize is for raw text"):
+        main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--tokenize", "char",
+              "--lowercase-tokenized"])  # fmt: skip
+
+
 def test_tokenized_text_is_scored_lowercased_on_its_tokens_and_references_are_the_splits_own(
     tokenized_data,
 ):

@@ -26,6 +26,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 CELLS = ("lstm", "gru")
 SCORES = ("dot", "general", "concat", "additive")  # Luong et al. 2015's three; Bahdanau et al.'s
 DECODER_INITS = ("zero", "bridge")
+TOKENIZERS = ("13a", "none", "intl", "char", "zh")  # sacreBLEU's: tasks/translation.py
 
 
 def _require(condition: bool, message: str) -> None:
@@ -281,7 +282,7 @@ class TaskConfig:
     def __post_init__(self) -> None:
         check_types(self, "task")
         _require(self.name in TASKS, f"task.name must be one of {TASKS}")
-        _require(self.tokenize in ("13a", "none", "intl", "char"), "task.tokenize: unknown")
+        _require(self.tokenize in TOKENIZERS, f"task.tokenize must be one of {TOKENIZERS}")
 
 
 TASKS = ("translation", "parse")

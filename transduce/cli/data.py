@@ -161,7 +161,7 @@ def _prepare_parallel(args):
             "src": args.src,
             "tgt": args.tgt,
         },
-        task=scoring(tokenized),
+        task=scoring(tokenized, args.tgt),
         character_coverage=coverage,
         vocab=vocab,
         force=args.force,

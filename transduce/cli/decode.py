@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ..config import TOKENIZERS
 from .common import (
     add_model_and_search_arguments,
     add_models_argument,
@@ -139,6 +140,12 @@ def _add_evaluate(verbs) -> None:
         help="translation: lowercased BLEU on whitespace tokens, as published Multi30k results",
     )
     p.add_argument(
+        "--tokenize",
+        choices=[t for t in TOKENIZERS if t != "none"],
+        help="translation, raw text: sacreBLEU's tokenizer (default 13a; zh for Chinese, char "
+        "for Japanese and Thai, as `prepare` chooses by --tgt)",
+    )
+    p.add_argument(
         "--terms",
         type=Path,
         help="translation: also the share of these terms the output holds as whole words, one "
@@ -169,6 +176,10 @@ def _evaluate(args) -> None:
     pair = read_parallel(args.hyp, args.ref)  # checks UTF-8 and equal line counts
     if args.task == "translation":
         config = scoring(args.lowercase_tokenized)
+        if args.tokenize is not None:
+            if args.lowercase_tokenized:
+                raise ValueError("--tokenize is for raw text: leave out --lowercase-tokenized")
+            config = replace(config, tokenize=args.tokenize)
     else:
         from ..tasks.parsing import carries_placeholders
 

@@ -44,9 +44,26 @@ class Translation:
         return [self.score(hypotheses, references), chrf(hypotheses, references)]
 
 
-def scoring(tokenized: bool) -> TaskConfig:
-    """The translation task for text that is (or is not) lowercased and tokenized already."""
-    return TaskConfig(tokenize="none", lowercase=True) if tokenized else TaskConfig()
+def scoring(tokenized: bool, target: str | None = None) -> TaskConfig:
+    """The translation task for text that is (or is not) lowercased and tokenized already, into
+    the language `target` (ISO 639-1, e.g. "de"; None: not known)."""
+    if tokenized:
+        return TaskConfig(tokenize="none", lowercase=True)
+    return TaskConfig(tokenize=raw_tokenizer(target))
+
+
+# Languages written without spaces between words, whose raw text 13a would leave one "word" a
+# sentence (BLEU 0 for any output not exact): sacreBLEU's Chinese tokenizer (each ideograph a
+# word) for Chinese, characters for the others (Japanese without MeCab: character BLEU).
+UNSPACED_LANGUAGES = {"zh": "zh", "ja": "char", "th": "char", "lo": "char", "km": "char",
+                      "my": "char", "bo": "char"}  # fmt: skip
+
+
+def raw_tokenizer(target: str | None) -> str:
+    """sacreBLEU's tokenizer for raw text in the language `target`: 13a but for the languages
+    written without spaces (UNSPACED_LANGUAGES; "zh-Hant", "ja_JP" by their first part)."""
+    language = (target or "").replace("_", "-").split("-")[0].lower()
+    return UNSPACED_LANGUAGES.get(language, "13a")
 
 
 def is_tokenized(task: TaskConfig) -> bool:
