@@ -136,15 +136,22 @@ def test_the_terms_benchmark_draws_missed_words_and_runs(tmp_path):
 
     rng = random.Random(0)
     reference = "ein kleiner hund rennt über das gras ."
-    assert terms.missed("ein hund läuft über das gras .", reference, 5, 4, rng) == [
+    assert terms.missed("ein hund läuft über das gras .", reference, 5, 4, rng, True) == [
         "kleiner", "rennt"]  # fmt: skip
-    assert len(terms.missed("ein hund", reference, 1, 4, rng)) == 1
-    assert terms.held(["ein kleiner hund", "kleinere"], [["kleiner", "hund"], ["kleiner"]]) == 2
+    assert len(terms.missed("ein hund", reference, 1, 4, rng, True)) == 1
+    assert terms.held(["ein kleiner hund", "kleinere"], [["kleiner", "hund"], ["kleiner"]],
+                      True) == 2  # fmt: skip
+    # Running Japanese: words drawn from the tokenized reference, held inside the text.
+    assert terms.missed("私は猫が好き", "私 は 犬 が 好き", 5, 1, rng, False) == ["犬"]
+    assert terms.held(["私は犬が好き", "子犬"], [["犬"], ["犬"]], False) == 2
+    assert terms.held(["私 は 犬 が", "子犬"], [["犬"], ["犬"]], True) == 1
     model = save_toy_model(tmp_path)
     write_lines(tmp_path / "test.src.txt", ["the dog runs", "green grass"])
     write_lines(tmp_path / "test.tgt.txt", ["the green dog", "children playing outside"])
+    words = write_lines(tmp_path / "words.txt", ["the green dog", "children playing outside"])
     command = [sys.executable, str(ROOT / "benchmarks" / "terms.py"), "--model", str(model),
-               "--data", str(tmp_path), "--terms", "1", "--beams", "2"]  # fmt: skip
+               "--data", str(tmp_path), "--terms", "1", "--beams", "2",
+               "--words", str(words)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[1].startswith("beam 2, 1 term(s) a line")
