@@ -364,7 +364,7 @@ def test_a_prefix_and_terms_together(tmp_path):
         assert text.startswith(prefix.rstrip()) and all(p in text.split() for p in phrases)
 
 
-def test_the_channel_reranks_only_candidates_holding_the_terms(tmp_path):
+def test_the_channel_reranks_only_candidates_holding_the_terms(tmp_path, monkeypatch):
     """Re-ranked by a reverse model, a candidate that lacks a term (ended by the length limit)
     never wins over one that holds them all, whatever the channel's weight."""
     from transduce.decoding.channel import channel_rerank
@@ -383,6 +383,21 @@ def test_the_channel_reranks_only_candidates_holding_the_terms(tmp_path):
             best = min(h.missing for _, h in hyps)
             held = {text for text, h in hyps if h.missing == best}
             assert {text for text, _ in mine} == held
+    pytest.importorskip("fastapi", reason="the serve extra")
+    from transduce.serve.engine import Engine, TranslateWork
+
+    # The server says what each candidate lacks: the first line's candidates made to lack one
+    # more each (a line whose every candidate lacks a term; the toy always fits them).
+    searched = translator.hypotheses
+    monkeypatch.setattr(translator, "hypotheses", lambda *a, **kw: [
+        [(text, replace(h, missing=h.missing + (i == 0))) for text, h in hyps]
+        for i, hyps in enumerate(searched(*a, **kw))])  # fmt: skip
+    work = TranslateWork(lines, replace(decode, n_best=4), False, terms=terms, channel_weight=1.0)
+    answers = Engine(translator, "toy", reverse=reverse).translate([work])[0]
+    lacking = [[o["missing_terms"] for o in outputs] for outputs in answers]
+    least = [min(h.missing for _, h in hyps) + (i == 0) for i, hyps in enumerate(found)]
+    assert lacking == [[n] * len(outputs) for n, outputs in zip(least, answers, strict=True)]
+    assert lacking[0][0] == 1
 
 
 def test_the_command_line_reads_a_lines_terms_tab_separated(tmp_path, monkeypatch):

@@ -47,35 +47,36 @@ def scored_candidates(
     prefixes: list[str] | None = None,
     terms: list[list[str]] | None = None,
     avoid: list[str] | None = None,
-) -> list[list[tuple[str, float, float]]]:
-    """Each line's beam candidates as (text, beam score, log P(line | text)); an empty line has
-    none. Decoded and scored once, to be re-ranked at any weight (`rerank`)."""
+) -> list[list[tuple[str, float, float, int]]]:
+    """Each line's beam candidates as (text, beam score, log P(line | text), terms it lacks);
+    an empty line has none. Decoded and scored once, to be re-ranked at any weight (`rerank`)."""
     decode = decode or forward.decode
     every = replace(decode, n_best=decode.beam_size)
     found = forward.hypotheses(lines, every, prefixes=prefixes, terms=terms, avoid=avoid)
     # Candidates that lack a term (ended by the length limit) are not candidates beside those
     # that hold them all, whatever the channel says.
-    found = [[(text, h.score) for text, h in hyps if h.missing == min(x.missing for _, x in hyps)]
-             for hyps in found]  # fmt: skip
+    found = [[(text, h.score, h.missing) for text, h in hyps
+              if h.missing == min(x.missing for _, x in hyps)] for hyps in found]  # fmt: skip
     todo = [i for i, line in enumerate(lines) if line.strip()]
-    candidates = [text for i in todo for text, _ in found[i]]
+    candidates = [text for i in todo for text, _, _ in found[i]]
     explained = [lines[i] for i in todo for _ in found[i]]
     channel = iter(reverse.score(candidates, explained)) if candidates else iter(())
-    results: list[list[tuple[str, float, float]]] = [[] for _ in lines]
+    results: list[list[tuple[str, float, float, int]]] = [[] for _ in lines]
     for i in todo:
-        results[i] = [(text, score, next(channel).log_prob) for text, score in found[i]]
+        results[i] = [(text, score, next(channel).log_prob, missing)
+                      for text, score, missing in found[i]]  # fmt: skip
     return results
 
 
 def rerank(
-    candidates: list[list[tuple[str, float, float]]], weight: float
+    candidates: list[list[tuple[str, float, float, int]]], weight: float
 ) -> list[list[tuple[str, float]]]:
     """`scored_candidates` best first by score + weight * channel, with that sum as their score;
     a line without candidates gives [('', 0.0)]."""
     if not 0.0 <= weight < float("inf"):
         raise ValueError(f"weight={weight!r}: the channel's weight must be >= 0 and finite")
     return [
-        sorted(((text, score + weight * channel) for text, score, channel in line),
+        sorted(((text, score + weight * channel) for text, score, channel, _ in line),
                key=lambda pair: -pair[1]) or [("", 0.0)]
         for line in candidates
     ]  # fmt: skip

@@ -265,11 +265,23 @@ class Engine:
         ranked = rerank(found, weight)
         results, start = [], 0
         for work in works:
-            mine = ranked[start : start + len(work.lines)]
-            start += len(work.lines)
-            results.append([[{"text": t, "score": s} for t, s in hyps[: decode.n_best]]
-                            for hyps in mine])  # fmt: skip
+            end = start + len(work.lines)
+            mine = zip(ranked[start:end], found[start:end], strict=True)
+            start = end
+            results.append([self._ranked_outputs(hyps[: decode.n_best], kept, work)
+                            for hyps, kept in mine])  # fmt: skip
         return results
+
+    @staticmethod
+    def _ranked_outputs(hyps: list, candidates: list, work: TranslateWork) -> list[dict]:
+        """A line's re-ranked outputs; with terms, each candidate's count of terms it lacks (the
+        same for all: only those lacking fewest are re-ranked)."""
+        outputs = [{"text": text, "score": score} for text, score in hyps]
+        if work.terms:
+            lacking = {text: missing for text, _, _, missing in candidates}
+            for output in outputs:
+                output["missing_terms"] = lacking.get(output["text"], 0)
+        return outputs
 
     def _outputs(self, line: str, hypotheses: list, work: TranslateWork) -> list[dict]:
         outputs = [{"text": text, "score": h.score} for text, h in hypotheses]
