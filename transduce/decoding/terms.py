@@ -92,15 +92,32 @@ def parse_terms(
 def _glued(vocab: Vocab, ids: Sequence[int]) -> tuple[int, ...]:
     """A phrase as running text without spaces holds it: encoded alone, its first piece starts
     a word ("▁犬", or "▁" then "犬"), which inside a Japanese sentence it does not ("私は犬が"):
-    that mark dropped, where the vocabulary has the piece without it."""
+    that mark dropped, the rest of the piece spelled in pieces without it ("▁一体" as "一" "体"
+    where the vocabulary has no "一体"), if it can be."""
     first = vocab.pieces([ids[0]])[0]
     if first == WORD_START and len(ids) > 1:
         return tuple(ids[1:])
     if first.startswith(WORD_START) and len(first) > 1:
-        glued = vocab.piece_ids([first[1:]])[0]
-        if glued != vocab.unk:
-            return (glued, *ids[1:])
+        glued = _spelled(vocab, first[1:])
+        if glued:
+            return (*glued, *ids[1:])
     return tuple(ids)
+
+
+def _spelled(vocab: Vocab, text: str) -> list[int]:
+    """`text` in pieces without a word start, each the longest that fits from the left; []
+    if a character has none."""
+    ids = []
+    while text:
+        for end in range(len(text), 0, -1):
+            piece = vocab.piece_ids([text[:end]])[0]
+            if piece != vocab.unk:
+                ids.append(piece)
+                text = text[end:]
+                break
+        else:
+            return []
+    return ids
 
 
 @functools.lru_cache(maxsize=4)
