@@ -265,11 +265,14 @@ def test_a_term_in_a_script_without_spaces_is_held_as_running_text_has_it(tmp_pa
     terms = parse_terms(vocab, [["犬", "公園で"]])[0]
     assert [vocab.pieces(list(p)) for p in terms.phrases] == [["犬"], ["公園", "で"]]
     assert terms.whole == (False, False)
-    # Every line begins "これは": the piece "▁これは", none "これは" to glue: spelled without.
-    opened = train_joint(["これは" + line for line in lines], 40, tmp_path / "opened")
-    assert "\u2581これは" in opened.pieces(opened.encode(["これは"])[0])
-    glued = opened.pieces(list(parse_terms(opened, [["これは"]])[0].phrases[0]))
-    assert "".join(glued) == "これは" and not any(p.startswith("\u2581") for p in glued), glued
+    # Every line begins with the term: encoded alone one piece, "▁東京都", none without the mark;
+    # inside a sentence "東" "京都". The term is spelled as a sentence holds it.
+    for head in ("これは", "東京都"):
+        opened = train_joint([head + line for line in lines], 40, tmp_path / head)
+        assert opened.pieces(opened.encode([head])[0]) == ["\u2581" + head]
+        phrase = parse_terms(opened, [[head]])[0].phrases[0]
+        for sentence in ("私は" + head + "です", "猫と" + head + "で遊ぶ", "犬が" + head):
+            assert contains(opened.encode([sentence])[0], phrase), opened.pieces(list(phrase))
     assert spaced("\u093e") and spaced("a") and not spaced("犬") and not spaced(".")
     assert not any(spaced(c) for c in "々〇ｶﾒﾗかナ") and spaced("한")  # Korean has spaces
 

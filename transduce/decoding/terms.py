@@ -82,18 +82,23 @@ def parse_terms(
                                  f"lacks {''.join(lacking)!r}: no output can hold it")  # fmt: skip
         encoded = vocab.encode(texts) if texts else []
         tokenized = is_tokenized(task)
-        phrases = tuple(_glued(vocab, ids) if not tokenized and unspaced(text[0]) else tuple(ids)
-                        for text, ids in zip(texts, encoded, strict=True))  # fmt: skip
+        pairs = zip(texts, encoded, strict=True)
+        phrases = tuple(_glued(vocab, text, ids) if not tokenized and unspaced(text[0])
+                        else tuple(ids) for text, ids in pairs)  # fmt: skip
         whole = tuple(bounds_words(text[-1], tokenized) for text in texts)
         parsed.append(Terms(phrases, whole, _gluing(vocab, tokenized)))
     return parsed
 
 
-def _glued(vocab: Vocab, ids: Sequence[int]) -> tuple[int, ...]:
+def _glued(vocab: Vocab, text: str, ids: Sequence[int]) -> tuple[int, ...]:
     """A phrase as running text without spaces holds it: encoded alone, its first piece starts
-    a word ("▁犬", or "▁" then "犬"), which inside a Japanese sentence it does not ("私は犬が"):
-    that mark dropped, the rest of the piece spelled in pieces without it ("▁一体" as "一" "体"
-    where the vocabulary has no "一体"), if it can be."""
+    a word ("▁犬", "▁東京" "都"), which inside a Japanese sentence it does not ("私は東京都に":
+    "東京" "都"). Encoded after a comma ("、"), as it comes inside a sentence, where its pieces
+    start apart from the comma's; else the mark dropped, the rest of the first piece spelled in
+    pieces without it ("▁一体" as "一" "体" where the vocabulary has no "一体")."""
+    after = _after_comma(vocab, text)
+    if after:
+        return after
     first = vocab.pieces([ids[0]])[0]
     if first == WORD_START and len(ids) > 1:
         return tuple(ids[1:])
@@ -102,6 +107,15 @@ def _glued(vocab: Vocab, ids: Sequence[int]) -> tuple[int, ...]:
         if glued:
             return (*glued, *ids[1:])
     return tuple(ids)
+
+
+def _after_comma(vocab: Vocab, text: str) -> tuple[int, ...]:
+    """`text`'s pieces when it follows "、", () if one of them would hold the comma too."""
+    ids = vocab.encode(["、" + text])[0]
+    for i, piece in enumerate(vocab.pieces(ids)):
+        if spelled := piece.replace(WORD_START, ""):  # the first piece with text: the comma's
+            return tuple(ids[i + 1 :]) if spelled == "、" else ()
+    return ()
 
 
 def _spelled(vocab: Vocab, text: str) -> list[int]:
