@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--lowercase-tokenized", action="store_true")
     args = parser.parse_args()
     forward, reverse = transduce.load(args.forward), transduce.load(args.reverse)
-    task = scoring(args.lowercase_tokenized)
+    task = scoring(True) if args.lowercase_tokenized else forward.task.config  # the model's
     splits = {}
     for split in ("dev", "test"):
         sources = (args.data / f"{split}.src.txt").read_text(encoding="utf-8").splitlines()

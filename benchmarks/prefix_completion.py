@@ -41,7 +41,8 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--lowercase-tokenized", action="store_true")
     args = parser.parse_args()
-    translator, task = transduce.load(args.model), scoring(args.lowercase_tokenized)
+    translator = transduce.load(args.model)
+    task = scoring(True) if args.lowercase_tokenized else translator.task.config  # the model's
     stem = args.data / args.split
     split = transduce.read_parallel(f"{stem}.src.txt", f"{stem}.tgt.txt")  # equal line counts
     sources, references = split.src, split.tgt

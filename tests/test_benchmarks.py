@@ -148,10 +148,10 @@ def test_the_terms_benchmark_draws_missed_words_and_runs(tmp_path):
     model = save_toy_model(tmp_path)
     write_lines(tmp_path / "test.src.txt", ["the dog runs", "green grass"])
     write_lines(tmp_path / "test.tgt.txt", ["the green dog", "children playing outside"])
-    words = write_lines(tmp_path / "words.txt", ["the green dog", "children playing outside"])
+    words = write_lines(tmp_path / "words.txt", ["a b c", "d e f"])  # none long enough
     command = [sys.executable, str(ROOT / "benchmarks" / "terms.py"), "--model", str(model),
                "--data", str(tmp_path), "--terms", "1", "--beams", "2",
                "--words", str(words)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines()[1].startswith("beam 2, 1 term(s) a line")
+    assert done.stdout.splitlines()[1].startswith("beam 2, 1 term(s) a line (0 in all")

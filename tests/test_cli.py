@@ -387,9 +387,10 @@ def test_prepare_hands_its_flags_to_the_preparation(tmp_path, monkeypatch):
     assert (seen["vocab_size"], seen["character_coverage"], seen["force"]) == (10000, 0.9995, False)
     assert seen["task"] == scoring(True)  # Multi30k's tok variant is lowercased and tokenized
     assert seen["description"] == {"corpus": "multi30k", "variant": "tok", "src": "en", "tgt": "ja"}
-    for target, tokenizer in [("ja", "char"), ("zh", "zh"), ("de", "13a")]:  # raw text, by --tgt
+    for target, tokenizer in [("ja", "char"), ("zh-TW", "zh"), ("de", "13a")]:  # raw, by --tgt
         run("prepare", "files", "--src", "en", "--tgt", target, *given, "--out", tmp_path / "o")
         assert seen["task"] == TaskConfig(tokenize=tokenizer)
+        assert seen["character_coverage"] == (1.0 if target == "de" else 0.9995)
     run("prepare", "ptb", "--data-dir", tmp_path, "--out", tmp_path / "trees", "--tags",
         "--train-fraction", 0.5)  # fmt: skip
     assert seen["treebank"] == (tmp_path, tmp_path / "trees", dict(

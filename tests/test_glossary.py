@@ -153,7 +153,7 @@ def test_term_use_counts_terms_held_as_whole_words_and_evaluate_reports_it(tmp_p
     write_lines(path, ["Hund"])
     with pytest.raises(SystemExit, match=r"has 1 lines, --hyp .* 4"):
         main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--terms", str(path)])
-    with pytest.raises(SystemExit, match="--terms counts terms in translations"):
+    with pytest.raises(SystemExit, match="--terms is for translations' BLEU"):
         main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--terms", str(path), "--task",
               "parse"])  # fmt: skip
 

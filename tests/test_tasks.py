@@ -81,7 +81,9 @@ def test_translation_is_scored_as_its_task_says():
     ]
 
 
-def test_raw_text_of_a_language_without_spaces_is_scored_on_its_characters(tmp_path, capsys):
+def test_raw_text_of_a_language_without_spaces_is_scored_on_its_characters(
+    tmp_path, capsys, caplog
+):
     """13a leaves a raw Japanese sentence one word, so one word wrong scores 0: Japanese (and
     Thai, ...) raw text is scored on characters, Chinese by sacreBLEU's zh tokenizer, as
     `prepare` chooses by the target language; `evaluate --tokenize` asks for one."""
@@ -93,8 +95,15 @@ def test_raw_text_of_a_language_without_spaces_is_scored_on_its_characters(tmp_p
     japanese = get_task(scoring(False, "ja")).score(hypotheses, references)
     assert 0 < japanese.score < 100 and "tok:char" in japanese.signature
     assert "tok:zh" in get_task(scoring(False, "zh")).score(hypotheses, references).signature
-    assert [raw_tokenizer(t) for t in ("ja_JP", "zh-Hant", "TH", "de", None)] == [
-        "char", "zh", "char", "13a", "13a"]  # fmt: skip
+    assert [raw_tokenizer(t) for t in ("ja_JP", "zh-Hant", "TH", "yue", "jpn", "de", None)] == [
+        "char", "zh", "char", "zh", "char", "13a", "13a"]  # fmt: skip
+    with caplog.at_level("WARNING"):
+        get_task(TaskConfig()).score(hypotheses, references)  # said, with what to do
+    assert "evaluate --tokenize char" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        get_task(TaskConfig()).score(["ein Hund"], ["ein Hund 犬"])
+    assert "--tokenize char" not in caplog.text
     hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
     hyp.write_text(hypotheses[0] + "\n", encoding="utf-8")
     ref.write_text(references[0] + "\n", encoding="utf-8")
@@ -103,6 +112,9 @@ def test_raw_text_of_a_language_without_spaces_is_scored_on_its_characters(tmp_p
     with pytest.raises(SystemExit, match="--tokenize is for raw text"):
         main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--tokenize", "char",
               "--lowercase-tokenized"])  # fmt: skip
+    with pytest.raises(SystemExit, match="--tokenize is for translations' BLEU"):
+        main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--tokenize", "char",
+              "--task", "parse"])  # fmt: skip
 
 
 def test_tokenized_text_is_scored_lowercased_on_its_tokens_and_references_are_the_splits_own(

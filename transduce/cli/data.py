@@ -8,7 +8,8 @@ from pathlib import Path
 
 from .common import env_path
 
-WIDE_SCRIPTS = {"ja", "zh", "ko"}  # sentencepiece's advice: character coverage 0.9995
+# sentencepiece's advice: character coverage 0.9995 (by tasks/translation.py's base_language)
+WIDE_SCRIPTS = {"ja", "jpn", "zh", "zho", "cmn", "yue", "wuu", "ko", "kor"}
 
 
 def add_verbs(verbs) -> None:
@@ -134,7 +135,7 @@ def _prepare_treebank(args):
 def _prepare_parallel(args):
     from ..data.corpus import LengthFilter, corpus_files, is_tokenized
     from ..data.dataset import prepare
-    from ..tasks.translation import scoring
+    from ..tasks.translation import base_language, scoring
 
     if not (args.src and args.tgt):
         raise ValueError(f"{args.corpus} needs --src and --tgt")
@@ -149,7 +150,8 @@ def _prepare_parallel(args):
         tokenized = is_tokenized(args.corpus, args.variant)
     coverage = args.character_coverage
     if coverage is None:
-        coverage = 0.9995 if {args.src, args.tgt} & WIDE_SCRIPTS else 1.0
+        languages = {base_language(args.src), base_language(args.tgt)}
+        coverage = 0.9995 if languages & WIDE_SCRIPTS else 1.0
     return prepare(
         splits,
         args.out,

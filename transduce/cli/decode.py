@@ -160,9 +160,10 @@ def _add_evaluate(verbs) -> None:
 
 
 def _evaluate(args) -> None:
-    if args.terms is not None and (args.task != "translation" or args.alignments):
-        raise ValueError("--terms counts terms in translations: leave it out with --task parse "
-                         "and --alignments")  # fmt: skip
+    for flag, given in (("--terms", args.terms), ("--tokenize", args.tokenize)):
+        if given is not None and (args.task != "translation" or args.alignments):
+            raise ValueError(f"{flag} is for translations' BLEU: leave it out with --task parse "
+                             "and --alignments")  # fmt: skip
     if args.alignments:
         from ..viz.alignment import aer_of_files
 

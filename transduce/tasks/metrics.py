@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sacrebleu
 
 from ..lines import sentence_list
-from ..writing import as_words
+from ..writing import as_words, unspaced
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +67,8 @@ def bleu(
         tokenize, lowercase = "none", True
     if not tokenized_text and tokenize != "none":
         _hint_if_tokenized(hypotheses)
+    if tokenize in ("13a", "intl"):
+        _hint_if_unspaced(references)
     # force: sacreBLEU's own warning names a parameter of its API, not what to do here
     metric = sacrebleu.BLEU(tokenize=tokenize, lowercase=lowercase, force=True)
     result = metric.corpus_score(hypotheses, [references])
@@ -83,6 +85,21 @@ def _hint_if_tokenized(hypotheses: list[str]) -> None:
             "as tokens: `transduce evaluate --lowercase-tokenized`, the number published "
             "Multi30k results report.",
             periods,
+        )
+
+
+def _hint_if_unspaced(references: list[str]) -> None:
+    """13a (and intl) split words at spaces: a sentence of Japanese, Chinese or Thai is one
+    word to them, and any output not exact scores 0. Said when most of the references' word
+    characters are of such scripts."""
+    sample = "".join(references[:200])
+    letters = [c for c in sample if c.isalnum()]
+    if letters and sum(map(unspaced, letters)) > len(letters) / 2:
+        logger.warning(
+            "the references are mostly in a script written without spaces (Japanese, Chinese, "
+            "Thai): BLEU's 13a tokenization reads each sentence as one word. Score on "
+            "characters: `transduce evaluate --tokenize char` (zh for Chinese); `prepare` "
+            "chooses so by --tgt for raw text."
         )
 
 

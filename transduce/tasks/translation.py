@@ -1,7 +1,8 @@
 """Machine translation (s6.1): output text as decoded, scored by sacreBLEU's BLEU.
 
 Raw text is scored with sacreBLEU's defaults (cased, 13a tokenization, the number to compare
-across papers); pre-tokenized, lowercased corpora as results published on them are, lowercased on
+across papers; characters or sacreBLEU's zh tokenizer for languages written without spaces,
+`raw_tokenizer`); pre-tokenized, lowercased corpora as results published on them are, lowercased on
 their own tokens (multi-bleu.perl's number).
 """
 
@@ -55,15 +56,23 @@ def scoring(tokenized: bool, target: str | None = None) -> TaskConfig:
 # Languages written without spaces between words, whose raw text 13a would leave one "word" a
 # sentence (BLEU 0 for any output not exact): sacreBLEU's Chinese tokenizer (each ideograph a
 # word) for Chinese, characters for the others (Japanese without MeCab: character BLEU).
-UNSPACED_LANGUAGES = {"zh": "zh", "ja": "char", "th": "char", "lo": "char", "km": "char",
-                      "my": "char", "bo": "char"}  # fmt: skip
+# ISO 639-1 codes and the 639-3 ones (Mandarin, Cantonese, Wu: Chinese characters).
+UNSPACED_LANGUAGES = {
+    **dict.fromkeys(("zh", "zho", "cmn", "yue", "wuu"), "zh"),
+    **dict.fromkeys(("ja", "jpn", "th", "tha", "lo", "lao", "km", "khm", "my", "mya", "bo",
+                     "bod"), "char"),
+}  # fmt: skip
+
+
+def base_language(code: str | None) -> str:
+    """A language code's language, lowercased: "zh-Hant", "ja_JP", "JA" -> "zh", "ja", "ja"."""
+    return (code or "").replace("_", "-").split("-")[0].lower()
 
 
 def raw_tokenizer(target: str | None) -> str:
     """sacreBLEU's tokenizer for raw text in the language `target`: 13a but for the languages
-    written without spaces (UNSPACED_LANGUAGES; "zh-Hant", "ja_JP" by their first part)."""
-    language = (target or "").replace("_", "-").split("-")[0].lower()
-    return UNSPACED_LANGUAGES.get(language, "13a")
+    written without spaces (UNSPACED_LANGUAGES, by `base_language`)."""
+    return UNSPACED_LANGUAGES.get(base_language(target), "13a")
 
 
 def is_tokenized(task: TaskConfig) -> bool:

@@ -25,3 +25,5 @@ transduce prepare files --src en --tgt ja --train-src "$out/train.en" --train-tg
   --dev-src "$out/dev.en" --dev-tgt "$out/dev.ja" --out "$out/data"
 transduce train --data "$out/data" --preset tiny --out "$out/tiny" --max-minutes "$minutes" \
   --max-steps 1000000
+python benchmarks/terms.py --model "$out/tiny" --data "$out/data" --split dev --terms 1 2 \
+  --beams 8 --min-letters 2 --words "$out/dev.tok.ja"
