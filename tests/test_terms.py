@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import replace
+from types import MappingProxyType
 
 import pytest
 import torch
@@ -275,6 +276,52 @@ def test_a_term_in_a_script_without_spaces_is_held_as_running_text_has_it(tmp_pa
             assert contains(opened.encode([sentence])[0], phrase), opened.pieces(list(phrase))
     assert spaced("\u093e") and spaced("a") and not spaced("犬") and not spaced(".")
     assert not any(spaced(c) for c in "々〇ｶﾒﾗかナ") and spaced("한")  # Korean has spaces
+
+
+class _ContextVocab:
+    """A vocabulary whose segmentation depends on what comes before, as BPE's may: "犬小屋"
+    alone is "▁犬小" "屋", after a comma "犬" "小屋" (the pieces a sentence holds it in)."""
+
+    pad, unk, bos, eos = 0, 1, 2, 3
+    PIECES = (
+        "<pad>",
+        "<unk>",
+        "<s>",
+        "</s>",
+        "\u2581",
+        "、",
+        "犬",
+        "小屋",
+        "犬小",
+        "屋",
+        "\u2581犬小",
+    )
+    size = len(PIECES)
+    ENCODED = MappingProxyType(
+        {"犬小屋": ("\u2581犬小", "屋"), "、犬小屋": ("\u2581", "、", "犬", "小屋")}
+    )
+
+    def encode(self, lines):
+        return [self.piece_ids(self.ENCODED[line]) for line in lines]
+
+    def piece_ids(self, pieces):
+        return [self.PIECES.index(p) if p in self.PIECES else self.unk for p in pieces]
+
+    def pieces(self, ids):
+        return [self.PIECES[i] for i in ids]
+
+    def lacking(self, chars):
+        return []
+
+
+def test_a_glued_term_takes_the_pieces_a_sentence_holds_it_in():
+    """Not its lone encoding with the word start dropped ("犬小" "屋"): the pieces it has after
+    a comma, as inside a sentence ("犬" "小屋")."""
+    from transduce.decoding.terms import parse_terms
+
+    vocab = _ContextVocab()
+    phrase = parse_terms(vocab, [["犬小屋"]])[0].phrases[0]
+    assert vocab.pieces(list(phrase)) == ["犬", "小屋"]
 
 
 def test_in_tokenized_text_a_term_is_a_word_of_its_own_in_every_script(tmp_path):
