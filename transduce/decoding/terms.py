@@ -92,10 +92,11 @@ def parse_terms(
 
 def _glued(vocab: Vocab, text: str, ids: Sequence[int]) -> tuple[int, ...]:
     """A phrase as running text without spaces holds it: encoded alone, its first piece starts
-    a word ("▁犬", "▁東京" "都"), which inside a Japanese sentence it does not ("私は東京都に":
-    "東京" "都"). Encoded after a comma ("、"), as it comes inside a sentence, where its pieces
-    start apart from the comma's; else the mark dropped, the rest of the first piece spelled in
-    pieces without it ("▁一体" as "一" "体" where the vocabulary has no "一体")."""
+    a word ("▁犬"), which inside a Japanese sentence it does not ("私は犬が"), and its pieces
+    may differ there ("▁東京" "都" alone, "東" "京都" after other text). So it is encoded
+    after a comma ("、"), as it comes inside a sentence, where its pieces start apart from the
+    comma's; else the mark dropped, the rest of the first piece spelled in pieces without it
+    ("▁一体" as "一" "体" where the vocabulary has no "一体")."""
     after = _after_comma(vocab, text)
     if after:
         return after
