@@ -21,7 +21,7 @@ from torch import Tensor
 from ..config import TaskConfig
 from ..data.bpe import Vocab
 from ..tasks.translation import TRANSLATION
-from .terms import PhraseTables, Terms, contains, parse_terms
+from .terms import Both, PhraseTables, Terms, contains, of_ids, parse_terms
 
 MAX_AVOIDED = 1000  # phrases: each row's progress through each is followed every step
 MAX_AVOIDED_TOKENS = 16  # a phrase's subwords: its table grows with their square
@@ -108,11 +108,8 @@ def with_avoided(avoided: Terms | Sequence[Sequence[int]] | None, constraint, se
     if avoided is None:
         return constraint
     if not isinstance(avoided, Terms):
-        kept = tuple(tuple(int(t) for t in phrase) for phrase in avoided if len(phrase))
-        avoided = Terms(kept, (False,) * len(kept))
+        avoided = of_ids(avoided)
     if not avoided:
         return constraint
-    from .terms import Both
-
     state = AvoidConstraint(avoided, sentences, eos, device)
     return state if constraint is None else Both(constraint, state)

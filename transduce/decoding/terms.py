@@ -352,7 +352,7 @@ def with_terms(
         return constraint, None, limit
     if len(terms) != limit.numel():
         raise ValueError(f"{len(terms)} term lists for {limit.numel()} sentences: give one each")
-    terms = [t if isinstance(t, Terms) else _of_ids(t) for t in terms]
+    terms = [t if isinstance(t, Terms) else of_ids(t) for t in terms]
     if not any(terms):
         return constraint, None, limit
     state = TermConstraint(terms, eos, limit.device)
@@ -361,6 +361,7 @@ def with_terms(
     return (state if constraint is None else Both(constraint, state)), state, limit
 
 
-def _of_ids(phrases: Sequence[Sequence[int]]) -> Terms:
+def of_ids(phrases: Sequence[Sequence[int]]) -> Terms:
+    """Phrases given as token ids (the search's own API): tokens, not words (no whole word)."""
     kept = tuple(tuple(int(t) for t in phrase) for phrase in phrases if len(phrase))
     return Terms(kept, (False,) * len(kept))
