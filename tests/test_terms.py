@@ -177,7 +177,7 @@ def test_the_transition_table_is_the_longest_start_that_ends_the_text():
     """Knuth-Morris-Pratt's automaton against its definition, on phrases of up to 12 tokens
     over 3 (many repeats), padded to 14, from every progress, the whole phrase's included (an
     avoided phrase may come again): the table is quadratic to build, not quartic."""
-    from transduce.decoding.terms import _transitions
+    from transduce.decoding.phrases import _transitions
 
     rng = random.Random(1)
     for _ in range(100):
@@ -309,6 +309,9 @@ class _ContextVocab:
 
     def pieces(self, ids):
         return [self.PIECES[i] for i in ids]
+
+    def decode(self, lines):
+        return ["".join(self.pieces(ids)).replace("\u2581", " ").strip() for ids in lines]
 
     def lacking(self, chars):
         return []

@@ -21,7 +21,8 @@ from torch import Tensor
 from ..config import TaskConfig
 from ..data.bpe import Vocab
 from ..tasks.translation import TRANSLATION
-from .terms import Both, PhraseTables, Terms, contains, of_ids, parse_terms
+from .phrases import PhraseTables, contains
+from .terms import Both, Terms, of_ids, parse_terms
 
 MAX_AVOIDED = 1000  # phrases: each row's progress through each is followed every step
 MAX_AVOIDED_TOKENS = 16  # a phrase's subwords: its table grows with their square
@@ -62,6 +63,9 @@ def check_terms(avoided: Terms, terms: Sequence[Terms], vocab: Vocab) -> None:
 
 
 def _all_in_one(each: list[Terms]) -> Terms:
+    """One Terms of every phrase, each as its tokens (a glued one in the pieces a sentence
+    holds it in; its other spellings are not followed: the tables would grow with every piece
+    holding its characters, a thousand phrases over)."""
     return Terms(tuple(p for t in each for p in t.phrases), tuple(w for t in each for w in t.whole),
                  each[0].glue)  # fmt: skip
 
@@ -81,7 +85,8 @@ class AvoidConstraint(PhraseTables):
         rows, phrases = ((self.progress == lengths - 1) & (lengths > 0)).nonzero(as_tuple=True)
         if not rows.numel():
             return
-        last = self.tokens[self.sentence[rows], phrases, lengths[rows, phrases] - 1]
+        # An avoided phrase is one of tokens (its keys are its tokens): its last one completes it.
+        last = self.keys[self.sentence[rows], phrases, lengths[rows, phrases] - 1]
         kept = log_probs[rows, last]
         log_probs[rows, last] = float("-inf")
         stuck = log_probs.amax(dim=1) == float("-inf")  # nothing left: give the row its tokens

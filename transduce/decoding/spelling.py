@@ -4,9 +4,12 @@ starts a word ("▁犬"), but as a sentence holds it ("私は犬が")."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Sequence, Set
+from dataclasses import dataclass
 
 from ..data.bpe import Vocab
+from ..writing import bounds_words
 from .constraints import WORD_START
 
 
@@ -53,3 +56,107 @@ def _spelled(vocab: Vocab, text: str) -> list[int]:
         else:
             return []
     return ids
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """A phrase followed by its characters, whatever pieces spell them: running text of a
+    script without spaces segments a word by its neighbours ("▁私は", "私はこれ"), so the term
+    "これ" may come inside any of them. `steps[p][r]`: the characters matched after the piece
+    `keys[r]` comes with `p` matched (the longest start of `text` that ends the output); every
+    other piece resets to 0. `len(text)` matched: the term ends the piece (a piece gluing on
+    may undo it); `len(text) + 1`: met inside a piece, for good."""
+
+    text: str
+    keys: tuple[int, ...]
+    steps: tuple[tuple[int, ...], ...]
+
+    def held(self, tokens: Sequence[int], glued: Set[int] = frozenset()) -> bool:
+        """Whether `tokens` hold it, not glued onto by a token of `glued` (as the search
+        follows it: a term the next token glues onto is to be met again)."""
+        column = {key: r for r, key in enumerate(self.keys)}
+        progress, length, i = 0, len(self.text), 0
+        while i < len(tokens):
+            r = column.get(tokens[i])
+            progress = 0 if r is None else self.steps[progress][r]
+            if progress > length:
+                return True
+            if progress == length:
+                if i + 1 == len(tokens) or tokens[i + 1] not in glued:
+                    return True
+                progress, i = 0, i + 1  # glued onto: that token is the word's, not a start
+            i += 1
+        return False
+
+
+@functools.lru_cache(maxsize=4096)  # a glossary's terms come again and again
+def spelling(vocab: Vocab, text: str, whole: bool) -> Spelling:
+    """`text`'s `Spelling` over the vocabulary's pieces; a `whole` phrase (it ends in a
+    spaced script's letter: "新しいiPhone") is not met where a letter of the piece goes on
+    after it ("iPhones")."""
+    text = text.replace(" ", WORD_START)
+    pieces, _, _ = _pieces_by_char(vocab)
+    moves = _automaton(text)
+    keys, steps = [], []
+    for token in sorted(_candidates(vocab, text)):
+        row = [_after(moves, text, pieces[token], p, whole) for p in range(len(text) + 1)]
+        if any(row):
+            keys.append(token)
+            steps.append(row)
+    rows = [tuple(step[p] for step in steps) for p in range(len(text) + 1)]
+    return Spelling(text, tuple(keys), (*rows, rows[-1]))
+
+
+def _automaton(text: str) -> list[dict[str, int]]:
+    """Knuth-Morris-Pratt over characters: moves[p][c], the characters matched after `c` with
+    `p` matched (a character absent from the row: 0), for p up to len(text)."""
+    border = [0] * len(text)
+    for i in range(1, len(text)):
+        k = border[i - 1]
+        while k and text[i] != text[k]:
+            k = border[k - 1]
+        border[i] = k + (text[i] == text[k])
+    moves: list[dict[str, int]] = []
+    for p in range(len(text) + 1):
+        row = dict(moves[border[p - 1]]) if p else {}
+        if p < len(text):
+            row[text[p]] = p + 1
+        moves.append(row)
+    return moves
+
+
+def _after(moves: list[dict[str, int]], text: str, piece: str, p: int, whole: bool) -> int:
+    """The characters matched after `piece` with `p` matched: len(text) + 1 once met inside
+    the piece and not glued onto there."""
+    for i, char in enumerate(piece):
+        p = moves[p].get(char, 0)
+        if p == len(text) and i + 1 < len(piece) and not (whole and bounds_words(piece[i + 1])):
+            return p + 1
+    return p
+
+
+@functools.lru_cache(maxsize=4)
+def _pieces_by_char(vocab: Vocab) -> tuple[list[str], dict[str, set[int]], dict[str, set[int]]]:
+    """The vocabulary's pieces, and for each character the pieces that end in it and those that
+    hold it (not the special tokens)."""
+    specials = {vocab.pad, vocab.unk, vocab.bos, vocab.eos}
+    pieces = vocab.pieces(list(range(vocab.size)))
+    ending: dict[str, set[int]] = {}
+    holding: dict[str, set[int]] = {}
+    for token, piece in enumerate(pieces):
+        if token in specials or not piece:
+            continue
+        ending.setdefault(piece[-1], set()).add(token)
+        for char in set(piece):
+            holding.setdefault(char, set()).add(token)
+    return pieces, ending, holding
+
+
+def _candidates(vocab: Vocab, text: str) -> set[int]:
+    """The pieces that may leave some of `text` matched: those ending in one of its characters,
+    and those holding its last (the whole of it may end inside one)."""
+    _, ending, holding = _pieces_by_char(vocab)
+    found = set(holding.get(text[-1], ()))
+    for char in set(text):
+        found |= ending.get(char, set())
+    return found

@@ -7,9 +7,12 @@ fairseq's `--constraints` after Hu et al. 2019):
 
 - each hypothesis tracks, for every phrase of its sentence, how many of the phrase's tokens its
   latest tokens have matched (a phrase once met stays met, unless a piece glues onto the word
-  it ends); it may end only when all are met;
+  it ends); it may end only when all are met. A term in running text of a script without
+  spaces is followed by its characters (`decoding/spelling.py`): BPE segments such text by
+  context ("▁私は", "私はこれ"), and any pieces that spell the term hold it;
 - each step's candidates are the usual best extensions, plus, for every hypothesis, the next
-  token of each phrase it has not met (begun or not) and its own best token;
+  token of each phrase it has not met (begun or not; of a spelled one the likeliest piece that
+  takes it further) and its own best token;
 - a candidate's bank is the number of phrase tokens it has met; the beam is filled from the
   banks in turn, the most advanced first, each bank's candidates best first. A hypothesis that
   has placed a term is not pushed out by likelier ones that have not, and those stay in the
@@ -34,7 +37,8 @@ from ..data.bpe import Vocab
 from ..tasks.translation import TRANSLATION, is_tokenized
 from ..writing import bounds_words, unspaced
 from .constraints import WORD_START, Constraint
-from .spelling import glued
+from .phrases import PhraseTables, contains
+from .spelling import Spelling, glued, spelling
 
 MAX_TERMS = 16  # phrases a sentence: the search widens by one candidate a phrase a hypothesis
 
@@ -45,19 +49,25 @@ class Terms:
     onto it does not meet it ("iglu" is no term in "igluft"); `glue` (V,) the pieces that glue
     (a letter, digit or mark of a spaced script that starts no word; of any script in
     pre-tokenized text). A phrase ending in a script written without spaces (Japanese, Chinese,
-    Thai) may be followed by anything, unless the text is pre-tokenized."""
+    Thai) may be followed by anything, unless the text is pre-tokenized. `spellings[i]`, where
+    given and not None: phrase i is followed by its characters in any pieces (running text of a
+    script without spaces), `phrases[i]` then one spelling of it."""
 
     phrases: tuple[tuple[int, ...], ...] = ()
     whole: tuple[bool, ...] = ()
     glue: Tensor | None = None
+    spellings: tuple[Spelling | None, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.phrases)
 
     @property
     def tokens(self) -> int:
-        """The tokens its phrases take at most (each apart: they may share none)."""
-        return sum(len(phrase) for phrase in self.phrases)
+        """The tokens its phrases take at most (each apart: they may share none; a spelled one
+        a piece a character at most)."""
+        spellings = self.spellings or (None,) * len(self.phrases)
+        return sum(len(phrase) if spelled is None else len(spelled.text)
+                   for phrase, spelled in zip(self.phrases, spellings, strict=True))  # fmt: skip
 
 
 def parse_terms(
@@ -67,7 +77,8 @@ def parse_terms(
     once. ValueError for a phrase with characters the vocabulary lacks (no output could hold
     it), more than MAX_TERMS phrases for a line, and a model of another `task`. A phrase is
     encoded as the model writes it: in running text of a script without spaces glued to the
-    word before it; in pre-tokenized text (`is_tokenized`) a word of its own, in any script."""
+    word before it, and held in any pieces that spell its characters (`Spelling`); in
+    pre-tokenized text (`is_tokenized`) a word of its own, in any script."""
     if task.name != "translation":
         raise ValueError(f"terms are for translation, not for a {task.name} model")
     parsed = []
@@ -83,11 +94,17 @@ def parse_terms(
                                  f"lacks {''.join(lacking)!r}: no output can hold it")  # fmt: skip
         encoded = vocab.encode(texts) if texts else []
         tokenized = is_tokenized(task)
-        pairs = zip(texts, encoded, strict=True)
-        phrases = tuple(glued(vocab, text, ids) if not tokenized and unspaced(text[0])
-                        else tuple(ids) for text, ids in pairs)  # fmt: skip
+        running = [not tokenized and unspaced(text[0]) for text in texts]
+        phrases = tuple(
+            glued(vocab, text, ids) if run else tuple(ids)
+            for text, ids, run in zip(texts, encoded, running, strict=True)
+        )
         whole = tuple(bounds_words(text[-1], tokenized) for text in texts)
-        parsed.append(Terms(phrases, whole, _gluing(vocab, tokenized)))
+        spellings = tuple(
+            spelling(vocab, vocab.decode([ids])[0], ends) if run else None
+            for ids, ends, run in zip(phrases, whole, running, strict=True)
+        )
+        parsed.append(Terms(phrases, whole, _gluing(vocab, tokenized), spellings))
     return parsed
 
 
@@ -100,103 +117,6 @@ def _gluing(vocab: Vocab, tokenized: bool = False) -> Tensor:
     return torch.tensor([i not in specials and not piece.startswith(WORD_START) and
                          bounds_words(piece[:1] or " ", tokenized)
                          for i, piece in enumerate(pieces)])  # fmt: skip
-
-
-def contains(tokens: Sequence[int], phrase: Sequence[int], glued: set[int] = frozenset()) -> bool:
-    """Whether `phrase` occurs in `tokens`, not followed by a token of `glued`."""
-    n, tokens, phrase = len(phrase), list(tokens), list(phrase)
-    return any(tokens[i : i + n] == phrase and (i + n == len(tokens) or tokens[i + n] not in glued)
-               for i in range(len(tokens) - n + 1))  # fmt: skip
-
-
-@functools.lru_cache(maxsize=4096)
-def _borders(phrase: tuple[int, ...]) -> list[int]:
-    """border[i]: the length of the longest proper start of phrase[: i + 1] that ends it."""
-    border = [0] * len(phrase)
-    for i in range(1, len(phrase)):
-        k = border[i - 1]
-        while k and phrase[i] != phrase[k]:
-            k = border[k - 1]
-        border[i] = k + (phrase[i] == phrase[k])
-    return border
-
-
-@functools.lru_cache(maxsize=4096)
-def _transitions(phrase: tuple[int, ...], width: int) -> list[list[int]]:
-    """For each progress p (tokens of the phrase matched) and each position j of the phrase:
-    the progress after the token phrase[j] comes, the longest start of the phrase that ends the
-    matched text (a mismatch need not lose everything: "a a b" after "a a a"). The automaton
-    of Knuth, Morris and Pratt: after a mismatch at p, what the longest start of the phrase
-    that ends its first p tokens would do; after the whole phrase, as after its longest
-    border (an avoided phrase may come again: "a a" after "a a" then "a"). Rows past the
-    phrase's length are 0."""
-    n, border = len(phrase), _borders(phrase)
-    table = [[0] * width for _ in range(width + 1)]
-    for p in range(n):
-        for j in range(n):
-            if phrase[p] == phrase[j]:
-                table[p][j] = p + 1
-            elif p:
-                table[p][j] = table[border[p - 1]][j]
-    for j in range(n if n else 0):  # after the whole phrase: as after its longest border
-        table[n][j] = table[border[n - 1]][j]
-    return table
-
-
-class PhraseTables:
-    """Phrases of each sentence of a search, and each row's progress through them: the tables
-    of `_transitions`, the rows following the search's hypotheses. What terms (must hold) and
-    avoided phrases (must not) share."""
-
-    def __init__(self, terms: Sequence[Terms], device: torch.device):
-        # One table a distinct Terms object: an avoid list is every sentence's, built once.
-        table_of: dict[int, int] = {}
-        of_sentence = [table_of.setdefault(id(t), len(table_of)) for t in terms]
-        distinct = list({id(t): t for t in terms}.values())
-        self.highest = max((token for t in distinct for p in t.phrases for token in p), default=0)
-        if min((token for t in distinct for p in t.phrases for token in p), default=0) < 0:
-            raise ValueError("a phrase's token ids must be >= 0")
-        count = max(1, max(len(t.phrases) for t in distinct))
-        width = max(1, max((len(p) for t in distinct for p in t.phrases), default=1))
-        self.tokens = torch.full((len(distinct), count, width), -1, dtype=torch.long)
-        self.lengths = torch.zeros(len(distinct), count, dtype=torch.long)  # 0: none, met
-        self.whole = torch.zeros(len(distinct), count, dtype=torch.bool)
-        self.step_to = torch.zeros(len(distinct), count, (width + 1) * width, dtype=torch.long)
-        self.border = torch.zeros(len(distinct), count, dtype=torch.long)  # the whole's border
-        for s, sentence_terms in enumerate(distinct):
-            for c, phrase in enumerate(sentence_terms.phrases):
-                self.tokens[s, c, : len(phrase)] = torch.tensor(phrase)
-                self.lengths[s, c] = len(phrase)
-                self.whole[s, c] = sentence_terms.whole[c]
-                self.step_to[s, c] = torch.tensor(_transitions(tuple(phrase), width)).flatten()
-                self.border[s, c] = _borders(tuple(phrase))[-1]
-        self.tokens, self.lengths = self.tokens.to(device), self.lengths.to(device)
-        self.step_to, self.whole, self.width = self.step_to.to(device), self.whole.to(device), width
-        self.border = self.border.to(device)
-        glue = next((t.glue for t in terms if t.glue is not None), None)
-        self.glues = None if glue is None else glue.to(device)  # (V,)
-        self.glued = set() if glue is None else set(glue.nonzero().flatten().tolist())
-        self.sentence = torch.tensor(of_sentence, device=device)  # each row's table
-        self.progress = torch.zeros(len(terms), count, dtype=torch.long, device=device)
-        self.phrase = torch.arange(count, device=device)
-
-    def check_within(self, vocabulary: int) -> None:
-        """ValueError for a phrase's token id past the vocabulary (ids handed to the search
-        directly; text is encoded within it): named at the first step, where on a GPU indexing
-        with it would be a device-side assert."""
-        if self.highest >= vocabulary:
-            raise ValueError(f"a phrase's token id {self.highest} is past the model's "
-                             f"{vocabulary}-token vocabulary")  # fmt: skip
-        self.highest = -1  # checked: once a search
-
-    def _moved(self, rows: Tensor, tokens: Tensor) -> Tensor:
-        """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`, by the tables
-        alone (from a phrase's whole length: 0)."""
-        sentence, progress = self.sentence[rows], self.progress[rows]
-        match = self.tokens[sentence] == tokens[:, None, None]  # (N, C, L)
-        position = match.int().argmax(dim=2)  # the first place the token has in the phrase
-        moved = self.step_to[sentence[:, None], self.phrase, progress * self.width + position]
-        return torch.where(match.any(dim=2), moved, 0)
 
 
 class TermConstraint(PhraseTables):
@@ -230,7 +150,7 @@ class TermConstraint(PhraseTables):
         rows = torch.arange(tokens.numel(), device=tokens.device)
         progress = self._progressed(rows, tokens)
         lengths = self.lengths[self.sentence]
-        met_now = (progress >= lengths) & (self.progress < lengths) & self.whole[self.sentence]
+        met_now = (progress == lengths) & (self.progress < lengths) & self.whole[self.sentence]
         self.progress, self.just_met = progress, met_now
 
     def _progressed(self, rows: Tensor, tokens: Tensor) -> Tensor:
@@ -258,11 +178,8 @@ class TermConstraint(PhraseTables):
         row's own best token and the next token of each phrase it has not met, the banks
         taken in turn, the most advanced first. scores (S, width), log_probs (S * width, V)."""
         sentences, width = scores.size(0), scores.size(1)
-        progress, lengths = self.progress, self.lengths[self.sentence]
-        due = self.tokens[self.sentence].gather(2, progress.clamp(max=self.width - 1)[..., None])
-        due = due.squeeze(2).clamp(min=0)  # (N, C) each phrase's next token
-        due_scores = scores.view(-1, 1) + log_probs.gather(1, due)
-        due_scores = due_scores.masked_fill(progress >= lengths, float("-inf"))
+        due, due_scores = self._due(log_probs)
+        due_scores = scores.view(-1, 1) + due_scores
         own_scores, own = log_probs.max(dim=1)
         within = torch.arange(width, device=scores.device).repeat(sentences)[:, None]  # (N, 1)
         groups = [
@@ -278,6 +195,16 @@ class TermConstraint(PhraseTables):
             candidate_scores, candidate_rows, candidate_tokens, log_probs.size(1)
         )
         return self._in_bank_order(candidate_scores, candidate_rows, candidate_tokens, width)
+
+    def _due(self, log_probs: Tensor) -> tuple[Tensor, Tensor]:
+        """(N, C) each phrase's next token for each row, the likeliest that takes it further
+        (of a phrase of tokens, its next one), and that token's log P (-inf: met, or none)."""
+        keys = self.keys[self.sentence]  # (N, C, R)
+        further = (self._steps() > self.progress[..., None]) & (keys >= 0)
+        key_scores = log_probs.gather(1, keys.clamp(min=0).flatten(1)).view_as(keys)
+        best, at = key_scores.masked_fill(~further, float("-inf")).max(dim=2)
+        best = best.masked_fill(self.progress >= self.lengths[self.sentence], float("-inf"))
+        return keys.gather(2, at[..., None]).squeeze(2).clamp(min=0), best
 
     def _in_bank_order(
         self, scores: Tensor, rows: Tensor, tokens: Tensor, width: int
@@ -301,9 +228,14 @@ class TermConstraint(PhraseTables):
 
     def missing(self, sentence: int, tokens: Sequence[int]) -> int:
         """How many of the sentence's phrases `tokens` lacks (a whole one glued onto lacks)."""
-        terms = self.terms[sentence]
-        return sum(not contains(tokens, phrase, self.glued if whole else set())
-                   for phrase, whole in zip(terms.phrases, terms.whole, strict=True))  # fmt: skip
+        terms, tokens = self.terms[sentence], list(tokens)
+        spellings = terms.spellings or (None,) * len(terms.phrases)
+        lacking = 0
+        for phrase, whole, spelled in zip(terms.phrases, terms.whole, spellings, strict=True):
+            glued = self.glued if whole else set()
+            held = spelled.held(tokens, glued) if spelled else contains(tokens, phrase, glued)
+            lacking += not held
+        return lacking
 
 
 def _without_repeats(scores: Tensor, rows: Tensor, tokens: Tensor, vocabulary: int) -> Tensor:

@@ -1,0 +1,182 @@
+"""Terms followed by their characters (`decoding/spelling.py`'s `Spelling`): in running text of
+a script without spaces BPE segments a word by its neighbours, so a term is held by any pieces
+that spell it, and the search finds the best output so spelled."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import torch
+
+from transduce.decoding.forced import score_ids
+from transduce.decoding.search import beam_search, length_penalty
+from transduce.decoding.spelling import spelling
+from transduce.decoding.terms import Terms, contains
+
+from .conftest import EOS, SPECIALS, SpecialIds, tiny_model
+
+CPU = torch.device("cpu")
+
+
+class _Pieces:
+    """A vocabulary of bare pieces (the four specials first), enough for `spelling`."""
+
+    pad, unk, bos, eos = 0, 1, 2, 3
+
+    def __init__(self, pieces: list[str]):
+        self.all = ["<pad>", "<unk>", "<s>", "</s>", *pieces]
+        self.size = len(self.all)
+
+    def pieces(self, ids):
+        return [self.all[i] for i in ids]
+
+    def text(self, ids) -> str:
+        return "".join(self.pieces(ids))
+
+
+def _brute_progress(text: str, written: str) -> int:
+    """The characters of `text` the end of `written` matches, all of them once it holds it."""
+    if text in written:
+        return len(text)
+    return max(q for q in range(len(text)) if q == 0 or written.endswith(text[:q]))
+
+
+def _progress(spelled, tokens) -> int:
+    """Through the tables, token after token, as the search follows a term: met stays met."""
+    column = {key: r for r, key in enumerate(spelled.keys)}
+    progress = 0
+    for token in tokens:
+        if progress < len(spelled.text):
+            progress = spelled.steps[progress][column[token]] if token in column else 0
+    return min(progress, len(spelled.text))
+
+
+def test_progress_is_the_longest_start_of_the_term_that_ends_the_text():
+    """Over pieces of up to three characters of a three-letter alphabet (many repeats, "aab"
+    after "aaa"), the tables against their definition, token after token, and `held` is
+    "the term is in the text" whatever pieces spell it."""
+    rng = random.Random(0)
+    alphabet = "abc"
+    pieces = sorted({"".join(p) for n in (1, 2, 3) for p in itertools.product(alphabet, repeat=n)})
+    vocab = _Pieces(pieces)
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 5)))
+        spelled = spelling(vocab, text, False)
+        tokens = [rng.randrange(4, vocab.size) for _ in range(rng.randint(0, 6))]
+        for end in range(len(tokens) + 1):
+            written = vocab.text(tokens[:end])
+            expected = _brute_progress(text, written)
+            assert _progress(spelled, tokens[:end]) == expected, (text, tokens[:end])
+        assert spelled.held(tokens) == (text in vocab.text(tokens)), (text, tokens)
+
+
+def test_a_whole_term_glued_onto_inside_a_piece_or_by_the_next_is_not_held():
+    """ "犬a" ends in a letter of a spaced script: "犬ab" is no term "犬a", neither in one piece
+    nor as "犬a" + "b"; "犬a" + "。" and "犬a。" are."""
+    vocab = _Pieces(["犬a", "b", "。", "犬ab", "犬a。", "犬"])
+    ids = {piece: i for i, piece in enumerate(vocab.all)}
+    spelled = spelling(vocab, "犬a", True)
+    glued = {ids["b"]}
+    cases = [(["犬ab"], False), (["犬a", "b"], False), (["犬a", "。"], True), (["犬a。"], True),
+             (["犬a"], True), (["犬", "犬a。", "b"], True)]  # fmt: skip
+    for pieces, held in cases:
+        assert spelled.held([ids[p] for p in pieces], glued) == held, pieces
+
+
+def test_a_wide_beam_finds_the_exhaustive_best_output_spelling_the_term():
+    """Pieces that spell "犬小屋" three ways ("犬" "小屋", "犬小" "屋", "犬" "小" "屋") and outputs
+    of at most four: every output whose text holds it ends in the n best once, ahead of the
+    others, with no term missing, scored as teacher forcing scores it; the best is the
+    exhaustive best, whichever spelling it takes. Forced as one spelling, the term misses
+    outputs."""
+    vocab = _Pieces(["犬", "小", "屋", "犬小", "小屋", "は"])
+    model, source = tiny_model(5, vocab_size=vocab.size), [4, 5, 9]
+    writable = [1, *range(4, vocab.size)]  # <unk> too: the search may write it
+    outputs = [list(t) for n in range(5) for t in itertools.product(writable, repeat=n)]
+    holding = [t for t in outputs if "犬小屋" in vocab.text(t)]
+    scored = score_ids(model, SpecialIds(), [(source, t) for t in outputs], CPU)
+    teacher = {tuple(t): s.log_prob for t, s in zip(outputs, scored, strict=True)}
+
+    def score(tokens):
+        return teacher[tuple(tokens)] / length_penalty(len(tokens) + 1, 0.6)
+
+    terms = Terms(((4, 8),), (False,), None, (spelling(vocab, "犬小屋", False),))
+    src, wide = torch.tensor([[*source, EOS]]), dict(beam_size=3000, n_best=3000, alpha=0.6)
+    found = beam_search(model, src, **SPECIALS, **wide, max_len_a=0, max_len_b=5, terms=[terms])[0]
+    met = [h for h in found if "犬小屋" in vocab.text(h.tokens)]
+    assert sorted(h.tokens for h in met) == sorted(holding)
+    assert found[: len(met)] == met and all(h.missing == 0 for h in met)
+    assert all(h.missing == 1 for h in found[len(met) :])
+    assert found[0].tokens == max(holding, key=score)
+    for hypothesis in found[:50]:
+        assert hypothesis.log_prob == pytest.approx(teacher[tuple(hypothesis.tokens)])
+    forced = beam_search(model, src, **SPECIALS, **wide, max_len_a=0, max_len_b=5,
+                         terms=[[[4, 8]]])[0]  # fmt: skip
+    assert len([h for h in forced if contains(h.tokens, [4, 8])]) < len(met)
+    assert vocab.pieces(found[0].tokens) == ["犬小", "屋"]  # this model's best: not [4, 8]
+    assert forced[0].tokens != found[0].tokens
+
+
+def test_a_term_of_running_japanese_is_followed_by_its_characters_in_any_pieces(tmp_path):
+    """BPE trained on running Japanese merges words with their neighbours: "公園で" in a
+    sentence comes in pieces of its own neighbours' ("園で遊" ...). `parse_terms` follows the
+    term by its characters there: every sentence holding them holds the term, however it is
+    segmented, and no other does; it counts a piece a character at most. A spaced word, and
+    pre-tokenized text, keep the term's own tokens."""
+    from transduce.config import TaskConfig
+    from transduce.data.bpe import train_joint
+    from transduce.decoding.terms import parse_terms
+
+    rng = random.Random(1)
+    words = ["私", "は", "犬", "が", "好き", "です", "猫", "と", "公園", "で", "遊ぶ", "園"]
+    words.append(" dog ")
+    lines = ["".join(rng.choice(words) for _ in range(rng.randint(3, 8))) for _ in range(400)]
+    vocab = train_joint(lines, 60, tmp_path / "ja")
+    terms = parse_terms(vocab, [["公園で", "dog"]])[0]
+    assert terms.spellings[0].text == "公園で" and terms.spellings[1] is None
+    assert terms.tokens == 3 + len(terms.phrases[1])
+    otherwise = 0  # sentences holding it in pieces other than the term's glued encoding
+    for line, ids in zip(lines, vocab.encode(lines), strict=True):
+        assert terms.spellings[0].held(ids) == ("公園で" in line), (line, vocab.pieces(ids))
+        otherwise += "公園で" in line and not contains(ids, terms.phrases[0])
+    assert otherwise > 10
+    tokenized = TaskConfig(tokenize="none", lowercase=True)
+    assert parse_terms(vocab, [["公園で"]], tokenized)[0].spellings == (None,)
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_a_narrow_beam_still_places_a_term_the_model_would_not_write(beam):
+    """Each step offers, for a term not yet met, the likeliest piece that takes it further: with
+    one or two hypotheses and the shortest length limit that fits the term, the best output
+    holds it, however unlikely the model finds it."""
+    vocab = _Pieces(["犬", "小", "屋", "犬小", "小屋", "は"])
+    for seed, text in itertools.product(range(3), ["小屋は", "屋犬", "は犬小"]):
+        model = tiny_model(seed, vocab_size=vocab.size)
+        terms = Terms(((4,),), (False,), None, (spelling(vocab, text, False),))
+        src = torch.tensor([[4, 5, 9, EOS]])
+        found = beam_search(model, src, **SPECIALS, beam_size=beam, max_len_a=0, max_len_b=1,
+                            terms=[terms])[0][0]  # fmt: skip
+        assert text in vocab.text(found.tokens) and found.missing == 0, (seed, text)
+
+
+def test_a_whole_term_met_inside_a_piece_stays_met_whatever_follows():
+    """ "犬a" ends in a Latin letter: "犬a" + "b" is no term (the search rules "b" out there), but
+    "犬a。" + "b" holds it, met inside a piece: every output holding it is found, the latter
+    too, and none other counts as holding it."""
+    import re
+
+    vocab = _Pieces(["犬a。", "b", "犬", "a", "。"])
+    glue = torch.tensor([p in ("a", "b") for p in vocab.all])
+    terms = Terms(((6, 7),), (True,), glue, (spelling(vocab, "犬a", True),))
+    model, source = tiny_model(2, vocab_size=vocab.size), [4, 5]
+    writable = [1, *range(4, vocab.size)]
+    outputs = [list(t) for n in range(4) for t in itertools.product(writable, repeat=n)]
+    holding = [t for t in outputs if re.search("犬a(?![ab])", vocab.text(t))]
+    src = torch.tensor([[*source, EOS]])
+    found = beam_search(model, src, **SPECIALS, beam_size=400, n_best=400, max_len_a=0,
+                        max_len_b=4, terms=[terms])[0]  # fmt: skip
+    met = [h for h in found if h.missing == 0]
+    assert sorted(h.tokens for h in met) == sorted(holding)
+    assert [4, 5] in holding  # "犬a。" then "b"
