@@ -180,3 +180,75 @@ def test_a_whole_term_met_inside_a_piece_stays_met_whatever_follows():
     met = [h for h in found if h.missing == 0]
     assert sorted(h.tokens for h in met) == sorted(holding)
     assert [4, 5] in holding  # "犬a。" then "b"
+
+
+def test_an_avoided_phrase_is_ruled_out_in_any_pieces_that_would_spell_it():
+    """Over pieces of up to three characters of "abc", two avoided phrases followed by their
+    characters: after any output holding neither, the tokens ruled out are exactly those whose
+    text would complete one ("b" after "...a" for "ab", "cab" after anything); a row left with
+    nothing keeps its tokens."""
+    from transduce.decoding.avoid import AvoidConstraint
+
+    rng = random.Random(2)
+    pieces = sorted({"".join(p) for n in (1, 2, 3) for p in itertools.product("abc", repeat=n)})
+    vocab = _Pieces(pieces)
+    for _ in range(60):
+        texts = ["".join(rng.choice("abc") for _ in range(rng.randint(2, 4))) for _ in range(2)]
+        spellings = tuple(spelling(vocab, text, False) for text in texts)
+        avoided = Terms(((4,), (5,)), (False, False), None, spellings)
+        state, written = AvoidConstraint(avoided, 1, EOS, CPU), []
+        for _ in range(5):
+            log_probs = torch.zeros(1, vocab.size)
+            state.restrict(log_probs, torch.tensor([9]))
+            text = vocab.text(written)
+            completes = [any(t in text + vocab.all[v] for t in texts) for v in range(vocab.size)]
+            assert (log_probs[0] == float("-inf")).tolist() == completes, (texts, text)
+            allowed = [v for v in range(4, vocab.size) if not completes[v]]
+            if not allowed:
+                break
+            written.append(rng.choice(allowed))
+            state.advance(torch.tensor([written[-1]]))
+    cornered = torch.full((1, vocab.size), float("-inf"))
+    cornered[0, vocab.all.index(texts[0])] = -1.0  # the one token left spells an avoided phrase
+    state.restrict(cornered, torch.tensor([9]))
+    assert cornered[0, vocab.all.index(texts[0])] == -1.0
+
+
+def test_a_wide_beam_finds_the_exhaustive_best_output_without_the_spelled_phrase():
+    """ "小屋" avoided by its characters: the n best of a beam that keeps everything are exactly
+    the outputs whose text lacks it ("小" + "屋", "小屋" and "犬" + "小屋" alike), the best the
+    exhaustive best; as the pieces of its encoding alone (before), "小" + "屋" got through."""
+    vocab = _Pieces(["犬", "小", "屋", "犬小", "小屋", "は"])
+    model, source = tiny_model(5, vocab_size=vocab.size), [4, 5, 9]
+    writable = [1, *range(4, vocab.size)]
+    outputs = [list(t) for n in range(4) for t in itertools.product(writable, repeat=n)]
+    allowed = [t for t in outputs if "小屋" not in vocab.text(t)]
+    scored = score_ids(model, SpecialIds(), [(source, t) for t in allowed], CPU)
+    teacher = {tuple(t): s.log_prob for t, s in zip(allowed, scored, strict=True)}
+    avoided = Terms(((8,),), (False,), None, (spelling(vocab, "小屋", False),))
+    src = torch.tensor([[*source, EOS]])
+    found = beam_search(model, src, **SPECIALS, beam_size=400, n_best=400, alpha=0.6,
+                        max_len_a=0, max_len_b=4, avoid=avoided)[0]  # fmt: skip
+    assert sorted(h.tokens for h in found) == sorted(allowed)
+    best = max(allowed, key=lambda t: teacher[tuple(t)] / length_penalty(len(t) + 1, 0.6))
+    assert found[0].tokens == best
+    as_tokens = beam_search(model, src, **SPECIALS, beam_size=400, n_best=400, alpha=0.6,
+                            max_len_a=0, max_len_b=4, avoid=[[8]])[0]  # fmt: skip
+    assert any("小屋" in vocab.text(h.tokens) for h in as_tokens)
+
+
+def test_a_term_holding_an_avoided_phrase_by_its_characters_is_refused(tmp_path):
+    """Running Japanese: the term "犬小屋" holds the avoided "小屋", in whatever pieces."""
+    from transduce.data.bpe import train_joint
+    from transduce.decoding.avoid import check_terms, parse_avoided
+    from transduce.decoding.terms import parse_terms
+
+    rng = random.Random(3)
+    words = ["私", "は", "犬", "が", "小屋", "犬小屋", "です", "公園", "で"]
+    lines = ["".join(rng.choice(words) for _ in range(rng.randint(3, 8))) for _ in range(300)]
+    vocab = train_joint(lines, 40, tmp_path / "ja")
+    avoided = parse_avoided(vocab, ["小屋", "公園"])
+    assert [s.text for s in avoided.spellings] == ["小屋", "公園"]
+    with pytest.raises(ValueError, match=r"犬小屋.*holds the avoided '小屋'"):
+        check_terms(avoided, parse_terms(vocab, [["私"], ["犬小屋"]]), vocab)
+    check_terms(avoided, parse_terms(vocab, [["犬が"]]), vocab)

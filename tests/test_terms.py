@@ -275,7 +275,7 @@ def test_a_term_in_a_script_without_spaces_is_held_as_running_text_has_it(tmp_pa
         for sentence in ("私は" + head + "です", "猫と" + head + "で遊ぶ", "犬が" + head):
             assert contains(opened.encode([sentence])[0], phrase), opened.pieces(list(phrase))
     assert spaced("\u093e") and spaced("a") and not spaced("犬") and not spaced(".")
-    assert not any(spaced(c) for c in "々〇ｶﾒﾗかナ") and spaced("한")  # Korean has spaces
+    assert not any(spaced(c) for c in "々〇ｶﾒﾗかナ１Ｐｚ") and spaced("한")  # Korean has spaces
 
 
 class _ContextVocab:

@@ -11,12 +11,13 @@ import unicodedata
 
 # The blocks of the scripts written without spaces between words, by code point (Python's `re`
 # has no Unicode script classes): Thai and Lao, Tibetan, Myanmar, Khmer, the CJK marks and
-# numerals (々 〆 〇, 〡-〩, 〱-〵, 〻 〼), kana, CJK ideographs, halfwidth katakana.
+# numerals (々 〆 〇, 〡-〩, 〱-〵, 〻 〼), kana, CJK ideographs, fullwidth digits and letters
+# ("１０", "ＰＣ": written inside running CJK text), halfwidth katakana.
 UNSPACED_BLOCKS = (
     ("\u0e00", "\u0eff"), ("\u0f00", "\u0fff"), ("\u1000", "\u109f"), ("\u1780", "\u17ff"),
     ("\u19e0", "\u19ff"), ("\u3005", "\u3007"), ("\u3021", "\u3029"), ("\u3031", "\u3035"),
     ("\u303b", "\u303c"), ("\u3040", "\u30ff"), ("\u31f0", "\u31ff"), ("\u3400", "\u4dbf"),
-    ("\u4e00", "\u9fff"), ("\uf900", "\ufaff"), ("\uff66", "\uff9f"),
+    ("\u4e00", "\u9fff"), ("\uf900", "\ufaff"), ("\uff10", "\uff5a"), ("\uff66", "\uff9f"),
     ("\U00020000", "\U0003134f"),
 )  # fmt: skip
 _UNSPACED = "".join(f"{first}-{last}" for first, last in UNSPACED_BLOCKS)

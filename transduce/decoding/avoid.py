@@ -2,13 +2,16 @@
 constraints, as Sockeye's `--avoid-list`). A client's banned word, a register not to use ("Sie"
 where the text says "du"), a term a glossary replaces.
 
-The same automaton as terms (`decoding/terms.py`) follows each hypothesis's progress through
-each avoided phrase; the token that would complete one is ruled out. So the phrase's tokens, as
-the vocabulary encodes it alone, never come in a row: "hund" ("▁hund") is avoided, and so is
-"hund" + "e" (the model writes "hunde" as its own piece, "▁hunde", if it has one), and the
-same word in other pieces ("▁hu" + "nd") is not caught, as with Sockeye's `--avoid-list`. A
-rule that would leave a row no token at all (a forced prefix, or a term, that spells the
-phrase) gives way: what was asked for wins over what is avoided.
+The same automata as terms (`decoding/phrases.py`) follow each hypothesis's progress through
+each avoided phrase; each token that would complete one is ruled out. A phrase of a spaced
+script is its tokens as the vocabulary encodes it alone (a word is encoded alike wherever it
+stands): "hund" ("▁hund") is avoided, and so is "hund" + "e" (the model writes "hunde" as its
+own piece, "▁hunde", if it has one), and an unusual segmentation of the word ("▁hu" + "nd") is
+not caught, as with Sockeye's `--avoid-list`. A phrase in running text of a script without
+spaces is followed by its characters (`decoding/spelling.py`), in any pieces: "犬" is avoided
+in "犬が", "▁その犬は" and "子" + "犬" alike. A rule that would leave a row no token at all (a
+forced prefix, or a term, that spells the phrase) gives way: what was asked for wins over what
+is avoided.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from torch import Tensor
 from ..config import TaskConfig
 from ..data.bpe import Vocab
 from ..tasks.translation import TRANSLATION
-from .phrases import PhraseTables, contains
+from .phrases import contains, phrase_automaton
 from .terms import Both, Terms, of_ids, parse_terms
 
 MAX_AVOIDED = 1000  # phrases: each row's progress through each is followed every step
-MAX_AVOIDED_TOKENS = 16  # a phrase's subwords: its table grows with their square
+MAX_AVOIDED_TOKENS = 16  # a phrase's subwords
 
 
 def parse_avoided(vocab: Vocab, phrases: Sequence[str], task: TaskConfig = TRANSLATION) -> Terms:
@@ -53,57 +56,98 @@ def parse_avoided(vocab: Vocab, phrases: Sequence[str], task: TaskConfig = TRANS
 
 
 def check_terms(avoided: Terms, terms: Sequence[Terms], vocab: Vocab) -> None:
-    """ValueError for a line's term that holds an avoided phrase: no output could do both."""
+    """ValueError for a line's term that holds an avoided phrase (its tokens, or its characters
+    where it is followed by them): no output could do both."""
+    spellings = avoided.spellings or (None,) * len(avoided.phrases)
     for number, line in enumerate(terms, start=1):
         for phrase in line.phrases:
-            for banned in (b for b in avoided.phrases if contains(phrase, b)):
-                term, avoided_text = vocab.decode([phrase, banned])
-                raise ValueError(f"line {number}: the term {term!r} holds the avoided "
-                                 f"{avoided_text!r}")  # fmt: skip
+            for banned, spelled in zip(avoided.phrases, spellings, strict=True):
+                if spelled.held(phrase) if spelled else contains(phrase, banned):
+                    term, avoided_text = vocab.decode([phrase, banned])
+                    raise ValueError(f"line {number}: the term {term!r} holds the avoided "
+                                     f"{avoided_text!r}")  # fmt: skip
 
 
 def _all_in_one(each: list[Terms]) -> Terms:
-    """One Terms of every phrase, each as its tokens (a glued one in the pieces a sentence
-    holds it in; its other spellings are not followed: the tables would grow with every piece
-    holding its characters, a thousand phrases over)."""
+    """One Terms of every phrase."""
     return Terms(tuple(p for t in each for p in t.phrases), tuple(w for t in each for w in t.whole),
-                 each[0].glue)  # fmt: skip
+                 each[0].glue, tuple(s for t in each for s in t.spellings))  # fmt: skip
 
 
-class AvoidConstraint(PhraseTables):
-    """Every row's progress through every avoided phrase (the same for each sentence)."""
+class AvoidConstraint:
+    """Every row's progress through every avoided phrase (the same for each sentence). The
+    tables scale with the phrases' keys, not with phrases times keys: a thousand phrases of
+    running Japanese, each with tens to hundreds of pieces holding its characters, are cheap
+    to follow. `arc_of[k, c]`: the arc of key token k (`row_of` maps a token to k) of phrase c;
+    `step[a, p]` the progress after arc a from progress p; `finish[c, p]`: the tokens that
+    complete phrase c from progress p > 0; `always`: those completing one from nothing."""
 
     def __init__(self, avoided: Terms, sentences: int, eos: int, device: torch.device):
-        super().__init__([avoided] * sentences, device)
-        self.eos = eos
+        automata = [phrase_automaton(avoided, c) for c in range(len(avoided.phrases))]
+        tokens = [key for keys, _, _ in automata for key in keys]
+        if min(tokens, default=0) < 0:
+            raise ValueError("a phrase's token ids must be >= 0")
+        self.highest, self.eos = max(tokens, default=0), eos
+        distinct = sorted(set(tokens))
+        width = max(len(rows) for _, rows, _ in automata)  # a phrase's length + 2 at most
+        self.row_of = torch.full((self.highest + 1,), -1, dtype=torch.long)
+        self.row_of[distinct] = torch.arange(len(distinct))
+        steps, arc_tokens, arc_phrases, finish, always = [], [], [], [], set()
+        for c, (keys, rows, _) in enumerate(automata):
+            length = len(rows) - 2
+            arc_tokens += keys
+            arc_phrases += [c] * len(keys)
+            padding = [0] * (width - len(rows))
+            steps += [[row[r] for row in rows] + padding for r in range(len(keys))]
+            done = [[k for r, k in enumerate(keys) if row[r] >= length] for row in rows[:length]]
+            always.update(done[0])
+            finish.append(done)
+        self.arc_of = torch.full((len(distinct), len(automata)), -1, dtype=torch.long)
+        self.arc_of[self.row_of[arc_tokens], arc_phrases] = torch.arange(len(steps))
+        self.step = torch.tensor(steps, dtype=torch.long).view(len(steps), width)
+        most = max((len(d) for done in finish for d in done[1:]), default=0)
+        self.finish = torch.full((len(automata), width, max(most, 1)), -1, dtype=torch.long)
+        for c, done in enumerate(finish):
+            for p, completing in enumerate(done[1:], start=1):
+                self.finish[c, p, : len(completing)] = torch.tensor(completing, dtype=torch.long)
+        self.always = torch.tensor(sorted(always), dtype=torch.long)
+        self.lengths = torch.tensor([len(rows) - 2 for _, rows, _ in automata], dtype=torch.long)
+        self.border = torch.tensor([border for _, _, border in automata], dtype=torch.long)
+        for name in ("row_of", "arc_of", "step", "finish", "always", "lengths", "border"):
+            setattr(self, name, getattr(self, name).to(device))
+        self.progress = torch.zeros(sentences, len(automata), dtype=torch.long, device=device)
 
     def restrict(self, log_probs: Tensor, room: Tensor) -> None:
         """Rule out each token that would complete an avoided phrase, unless a row would be
         left with nothing."""
-        self.check_within(log_probs.size(1))
-        lengths = self.lengths[self.sentence]
-        rows, phrases = ((self.progress == lengths - 1) & (lengths > 0)).nonzero(as_tuple=True)
-        if not rows.numel():
-            return
-        # An avoided phrase is one of tokens (its keys are its tokens): its last one completes it.
-        last = self.keys[self.sentence[rows], phrases, lengths[rows, phrases] - 1]
-        kept = log_probs[rows, last]
-        log_probs[rows, last] = float("-inf")
+        if self.highest >= log_probs.size(1):
+            raise ValueError(f"a phrase's token id {self.highest} is past the model's "
+                             f"{log_probs.size(1)}-token vocabulary")  # fmt: skip
+        before_always = log_probs[:, self.always]  # (N, A): what a stuck row gets back
+        log_probs[:, self.always] = float("-inf")
+        rows, phrases = (self.progress > 0).nonzero(as_tuple=True)
+        completing = self.finish[phrases, self.progress[rows, phrases]]  # (P, F)
+        hit = completing >= 0
+        rows, completing = rows[:, None].expand_as(completing)[hit], completing[hit]
+        before = log_probs[rows, completing]
+        log_probs[rows, completing] = float("-inf")
         stuck = log_probs.amax(dim=1) == float("-inf")  # nothing left: give the row its tokens
         if bool(stuck.any()):
             back = stuck[rows]
-            log_probs[rows[back], last[back]] = kept[back]
+            log_probs[rows[back], completing[back]] = before[back]
+            log_probs[stuck.nonzero(), self.always] = before_always[stuck]
 
     def reorder(self, rows: Tensor) -> None:
-        self.sentence, self.progress = self.sentence[rows], self.progress[rows]
+        self.progress = self.progress[rows]
 
     def advance(self, tokens: Tensor) -> None:
         """Each row takes its token; a phrase it completes (the rule gave way) is followed on
         from its longest border, so that the next completion is ruled out in turn."""
-        progress = self._moved(torch.arange(tokens.numel(), device=tokens.device), tokens)
-        lengths = self.lengths[self.sentence]
-        whole = (progress >= lengths) & (lengths > 0)
-        self.progress = torch.where(whole, self.border[self.sentence], progress)
+        key = self.row_of[tokens.clamp(max=self.row_of.numel() - 1)]
+        key = torch.where(tokens < self.row_of.numel(), key, -1)
+        arc = self.arc_of[key.clamp(min=0)].masked_fill((key < 0)[:, None], -1)  # (N, C)
+        moved = self.step[arc.clamp(min=0), self.progress].masked_fill(arc < 0, 0)
+        self.progress = torch.where(moved >= self.lengths, self.border, moved)
 
 
 def with_avoided(avoided: Terms | Sequence[Sequence[int]] | None, constraint, sentences: int,

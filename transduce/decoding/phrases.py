@@ -76,7 +76,7 @@ class PhraseTables:
         self.highest = max((token for t in distinct for p in t.phrases for token in p), default=0)
         if min((token for t in distinct for p in t.phrases for token in p), default=0) < 0:
             raise ValueError("a phrase's token ids must be >= 0")
-        automata = [[_automaton(t, c) for c in range(len(t.phrases))] for t in distinct]
+        automata = [[phrase_automaton(t, c) for c in range(len(t.phrases))] for t in distinct]
         count = max(1, max(len(t.phrases) for t in distinct))
         width = max((len(rows) - 2 for each in automata for _, rows, _ in each), default=1)
         keys = max((len(k) for each in automata for k, _, _ in each), default=1)
@@ -127,7 +127,7 @@ class PhraseTables:
         return self.step_to[self.sentence[:, None], self.phrase, self.progress]
 
 
-def _automaton(terms: Terms, c: int) -> tuple[list[int], list[list[int]], int]:
+def phrase_automaton(terms: Terms, c: int) -> tuple[list[int], list[list[int]], int]:
     """Phrase c's keys, its table (a row for each progress 0 .. its length + 1) and the longest
     border of the whole."""
     spelled = terms.spellings[c] if terms.spellings else None
