@@ -123,8 +123,8 @@ def test_a_term_of_running_japanese_is_followed_by_its_characters_in_any_pieces(
     """BPE trained on running Japanese merges words with their neighbours: "公園で" in a
     sentence comes in pieces of its own neighbours' ("園で遊" ...). `parse_terms` follows the
     term by its characters there: every sentence holding them holds the term, however it is
-    segmented, and no other does; it counts a piece a character at most. A spaced word, and
-    pre-tokenized text, keep the term's own tokens."""
+    segmented, and no other does; it counts a piece a character at most. A spaced word,
+    pre-tokenized text and a term of more than MAX_SPELLED characters keep its own tokens."""
     from transduce.config import TaskConfig
     from transduce.data.bpe import train_joint
     from transduce.decoding.terms import parse_terms
@@ -144,6 +144,9 @@ def test_a_term_of_running_japanese_is_followed_by_its_characters_in_any_pieces(
     assert otherwise > 10
     tokenized = TaskConfig(tokenize="none", lowercase=True)
     assert parse_terms(vocab, [["公園で"]], tokenized)[0].spellings == (None,)
+    longest, longer = "公園で" * 10 + "私は", "公園で" * 11  # 32 and 33 characters
+    spelled = [s is not None for s in parse_terms(vocab, [[longest, longer]])[0].spellings]
+    assert spelled == [True, False]
 
 
 @pytest.mark.parametrize("beam", [1, 2])

@@ -35,7 +35,8 @@ def add_guide_arguments(p) -> None:
         "--avoid",
         type=Path,
         help="a file of phrases, one a line, that no output may hold, for every input line (a "
-        "banned word; its tokens as the vocabulary encodes it alone never come in a row)",
+        "banned word; its tokens as the vocabulary encodes it alone never come in a row; in "
+        "running text of a script without spaces, its characters in any pieces)",
     )
     group.add_argument(
         "--glossary",

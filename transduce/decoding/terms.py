@@ -13,10 +13,11 @@ fairseq's `--constraints` after Hu et al. 2019):
 - each step's candidates are the usual best extensions, plus, for every hypothesis, the next
   token of each phrase it has not met (begun or not; of a spelled one the likeliest piece that
   takes it further) and its own best token;
-- a candidate's bank is the number of phrase tokens it has met; the beam is filled from the
-  banks in turn, the most advanced first, each bank's candidates best first. A hypothesis that
-  has placed a term is not pushed out by likelier ones that have not, and those stay in the
-  beam beside it, so the term is placed where the model finds it fits best.
+- a candidate's bank is the number of phrase tokens (a spelled one's characters) it has met;
+  the beam is filled from the banks in turn, the most advanced first, each bank's candidates
+  best first. A hypothesis that has placed a term is not pushed out by likelier ones that have
+  not, and those stay in the beam beside it, so the term is placed where the model finds it
+  fits best.
 
 The tokens keep the model's probabilities: a hypothesis's log-probability is that of its whole
 output, as `transduce score` gives it. A hypothesis that reaches the length limit ends, met or
@@ -41,6 +42,9 @@ from .phrases import PhraseTables, contains
 from .spelling import Spelling, glued, spelling
 
 MAX_TERMS = 16  # phrases a sentence: the search widens by one candidate a phrase a hypothesis
+# Characters of a term followed by its characters (`Spelling`): its tables grow with them times
+# the pieces holding them; a longer one keeps the one spelling a sentence holds it in.
+MAX_SPELLED = 32
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,9 @@ def parse_terms(
     once. ValueError for a phrase with characters the vocabulary lacks (no output could hold
     it), more than MAX_TERMS phrases for a line, and a model of another `task`. A phrase is
     encoded as the model writes it: in running text of a script without spaces glued to the
-    word before it, and held in any pieces that spell its characters (`Spelling`); in
-    pre-tokenized text (`is_tokenized`) a word of its own, in any script."""
+    word before it, and held in any pieces that spell its characters (`Spelling`, up to
+    MAX_SPELLED of them); in pre-tokenized text (`is_tokenized`) a word of its own, in any
+    script."""
     if task.name != "translation":
         raise ValueError(f"terms are for translation, not for a {task.name} model")
     parsed = []
@@ -95,14 +100,17 @@ def parse_terms(
         encoded = vocab.encode(texts) if texts else []
         tokenized = is_tokenized(task)
         running = [not tokenized and unspaced(text[0]) for text in texts]
+        spelled = [
+            run and len(text) <= MAX_SPELLED for run, text in zip(running, texts, strict=True)
+        ]
         phrases = tuple(
             glued(vocab, text, ids) if run else tuple(ids)
             for text, ids, run in zip(texts, encoded, running, strict=True)
         )
         whole = tuple(bounds_words(text[-1], tokenized) for text in texts)
         spellings = tuple(
-            spelling(vocab, vocab.decode([ids])[0], ends) if run else None
-            for ids, ends, run in zip(phrases, whole, running, strict=True)
+            spelling(vocab, vocab.decode([ids])[0], ends) if spell else None
+            for ids, ends, spell in zip(phrases, whole, spelled, strict=True)
         )
         parsed.append(Terms(phrases, whole, _gluing(vocab, tokenized), spellings))
     return parsed

@@ -94,7 +94,8 @@ class TranslateRequest(BaseModel):
         None,
         max_length=MAX_AVOIDED,
         description="phrases no translation may hold, for every text (a banned word; its "
-        "tokens as the vocabulary encodes it alone never come in a row)",
+        "tokens as the vocabulary encodes it alone never come in a row; in running text of a "
+        "script without spaces, its characters in any pieces)",
         examples=[["Sie"]],
     )
     glossary: dict[Term, Term] | None = Field(
