@@ -70,6 +70,13 @@ def test_progress_is_the_longest_start_of_the_term_that_ends_the_text():
             expected = _brute_progress(text, written)
             assert _progress(spelled, tokens[:end]) == expected, (text, tokens[:end])
         assert spelled.held(tokens) == (text in vocab.text(tokens)), (text, tokens)
+        # Whole (its last letter ends a word), in text all letters: met only where a piece ends.
+        ends = set(itertools.accumulate(len(vocab.all[t]) for t in tokens))
+        written = vocab.text(tokens)
+        at_an_end = any(
+            written.startswith(text, end - len(text)) for end in ends if end >= len(text)
+        )
+        assert spelling(vocab, text, True).held(tokens) == at_an_end, (text, tokens)
 
 
 def test_a_whole_term_glued_onto_inside_a_piece_or_by_the_next_is_not_held():
@@ -215,6 +222,15 @@ def test_an_avoided_phrase_is_ruled_out_in_any_pieces_that_would_spell_it():
     cornered[0, vocab.all.index(texts[0])] = -1.0  # the one token left spells an avoided phrase
     state.restrict(cornered, torch.tensor([9]))
     assert cornered[0, vocab.all.index(texts[0])] == -1.0
+    # Given way to inside a piece ("犬猫犬" in "犬猫犬猫"), the phrase goes on from the piece's end:
+    # "犬" would complete it again.
+    japanese = _Pieces(["犬猫犬猫", "犬", "猫"])
+    state = AvoidConstraint(Terms(((5,),), (False,), None, (spelling(japanese, "犬猫犬", False),)),
+                            1, EOS, CPU)  # fmt: skip
+    state.advance(torch.tensor([4]))
+    log_probs = torch.zeros(1, japanese.size)
+    state.restrict(log_probs, torch.tensor([9]))
+    assert log_probs[0, 5] == float("-inf") and log_probs[0, 6] == 0
 
 
 def test_a_wide_beam_finds_the_exhaustive_best_output_without_the_spelled_phrase():
@@ -255,3 +271,44 @@ def test_a_term_holding_an_avoided_phrase_by_its_characters_is_refused(tmp_path)
     with pytest.raises(ValueError, match=r"犬小屋.*holds the avoided '小屋'"):
         check_terms(avoided, parse_terms(vocab, [["私"], ["犬小屋"]]), vocab)
     check_terms(avoided, parse_terms(vocab, [["犬が"]]), vocab)
+
+
+def test_a_spelled_term_with_a_space_and_a_latin_end_is_held_as_whole_words(tmp_path):
+    """ "公園で dog" starts in Japanese (followed by its characters, its space a word start) and
+    ends in a Latin word: held in "公園で dog", not in "公園で dogo" (one piece, "▁dogo") nor
+    before a piece that glues on; every line of the corpus is judged as the pattern judges it."""
+    import re
+
+    from transduce.data.bpe import train_joint
+    from transduce.decoding.terms import parse_terms
+
+    rng = random.Random(1)
+    words = [
+        "私",
+        "は",
+        "犬",
+        "が",
+        "好き",
+        "です",
+        "猫",
+        "と",
+        "公園",
+        "で",
+        "遊ぶ",
+        "園",
+        "公園で",
+    ]
+    words += [" dog ", " dogo "]
+    lines = ["".join(rng.choice(words) for _ in range(rng.randint(3, 8))) for _ in range(400)]
+    vocab = train_joint(lines, 60, tmp_path / "ja")
+    assert "\u2581dogo" in vocab.pieces(list(range(vocab.size)))
+    terms = parse_terms(vocab, [["公園で dog"]])[0]
+    assert terms.whole == (True,) and terms.spellings[0].text == "公園で\u2581dog"
+    glued = set(terms.glue.nonzero().flatten().tolist())
+    held = [terms.spellings[0].held(ids, glued) for ids in vocab.encode(lines)]
+    assert held == [
+        bool(re.search("公園で dog(?![a-z])", " ".join(line.split()))) for line in lines
+    ]
+    assert any(held) and any("公園で dogo" in " ".join(line.split()) for line in lines)
+    ids = vocab.encode(["公園で dog"])[0]
+    assert not terms.spellings[0].held([*ids, *vocab.piece_ids(["o"])], glued)

@@ -17,6 +17,7 @@ is avoided.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -25,6 +26,7 @@ from ..config import TaskConfig
 from ..data.bpe import Vocab
 from ..tasks.translation import TRANSLATION
 from .phrases import contains, phrase_automaton
+from .spelling import spelling
 from .terms import Both, Terms, of_ids, parse_terms
 
 MAX_AVOIDED = 1000  # phrases: each row's progress through each is followed every step
@@ -48,6 +50,10 @@ def parse_avoided(vocab: Vocab, phrases: Sequence[str], task: TaskConfig = TRANS
     if not writable:
         return Terms()
     avoided = _all_in_one(parse_terms(vocab, [[t] for t in writable], task))
+    # Characters are ruled out wherever they come, a letter after them or not ("トムのcat" in
+    # "トムのcats"), as tokens are ("hund" + "e"): no whole words among avoided phrases.
+    spelled = tuple(s and spelling(vocab, s.text, False) for s in avoided.spellings)
+    avoided = replace(avoided, spellings=spelled)
     for text, phrase in zip(writable, avoided.phrases, strict=True):
         if len(phrase) > MAX_AVOIDED_TOKENS:
             raise ValueError(f"the avoided {text[:40]!r} has {len(phrase)} subwords: at most "
@@ -84,36 +90,22 @@ class AvoidConstraint:
 
     def __init__(self, avoided: Terms, sentences: int, eos: int, device: torch.device):
         automata = [phrase_automaton(avoided, c) for c in range(len(avoided.phrases))]
-        tokens = [key for keys, _, _ in automata for key in keys]
+        tokens = [key for keys, _, _, _ in automata for key in keys]
         if min(tokens, default=0) < 0:
             raise ValueError("a phrase's token ids must be >= 0")
         self.highest, self.eos = max(tokens, default=0), eos
         distinct = sorted(set(tokens))
-        width = max(len(rows) for _, rows, _ in automata)  # a phrase's length + 2 at most
         self.row_of = torch.full((self.highest + 1,), -1, dtype=torch.long)
         self.row_of[distinct] = torch.arange(len(distinct))
-        steps, arc_tokens, arc_phrases, finish, always = [], [], [], [], set()
-        for c, (keys, rows, _) in enumerate(automata):
-            length = len(rows) - 2
-            arc_tokens += keys
-            arc_phrases += [c] * len(keys)
-            padding = [0] * (width - len(rows))
-            steps += [[row[r] for row in rows] + padding for r in range(len(keys))]
-            done = [[k for r, k in enumerate(keys) if row[r] >= length] for row in rows[:length]]
-            always.update(done[0])
-            finish.append(done)
-        self.arc_of = torch.full((len(distinct), len(automata)), -1, dtype=torch.long)
-        self.arc_of[self.row_of[arc_tokens], arc_phrases] = torch.arange(len(steps))
-        self.step = torch.tensor(steps, dtype=torch.long).view(len(steps), width)
-        most = max((len(d) for done in finish for d in done[1:]), default=0)
-        self.finish = torch.full((len(automata), width, max(most, 1)), -1, dtype=torch.long)
-        for c, done in enumerate(finish):
-            for p, completing in enumerate(done[1:], start=1):
-                self.finish[c, p, : len(completing)] = torch.tensor(completing, dtype=torch.long)
-        self.always = torch.tensor(sorted(always), dtype=torch.long)
-        self.lengths = torch.tensor([len(rows) - 2 for _, rows, _ in automata], dtype=torch.long)
-        self.border = torch.tensor([border for _, _, border in automata], dtype=torch.long)
-        for name in ("row_of", "arc_of", "step", "finish", "always", "lengths", "border"):
+        arc_tokens, arc_phrases, steps, resume, finish, always = _arcs(automata)
+        self.arc_of = torch.full((len(distinct), len(automata)), -1, dtype=torch.int32)
+        self.arc_of[self.row_of[arc_tokens], arc_phrases] = torch.arange(
+            len(steps), dtype=torch.int32
+        )
+        self.step, self.resume = torch.tensor(steps), torch.tensor(resume)
+        self.finish, self.always = finish, torch.tensor(sorted(always), dtype=torch.long)
+        self.lengths = torch.tensor([len(rows) - 2 for _, rows, _, _ in automata])
+        for name in ("row_of", "arc_of", "step", "resume", "finish", "always", "lengths"):
             setattr(self, name, getattr(self, name).to(device))
         self.progress = torch.zeros(sentences, len(automata), dtype=torch.long, device=device)
 
@@ -142,12 +134,41 @@ class AvoidConstraint:
 
     def advance(self, tokens: Tensor) -> None:
         """Each row takes its token; a phrase it completes (the rule gave way) is followed on
-        from its longest border, so that the next completion is ruled out in turn."""
+        from what the token leaves of it (the phrase's longest border, or what a piece holding
+        it ends with), so that the next completion is ruled out in turn."""
         key = self.row_of[tokens.clamp(max=self.row_of.numel() - 1)]
         key = torch.where(tokens < self.row_of.numel(), key, -1)
         arc = self.arc_of[key.clamp(min=0)].masked_fill((key < 0)[:, None], -1)  # (N, C)
-        moved = self.step[arc.clamp(min=0), self.progress].masked_fill(arc < 0, 0)
-        self.progress = torch.where(moved >= self.lengths, self.border, moved)
+        none, arc = arc < 0, arc.clamp(min=0)  # a token no key of the phrase: back to nothing
+        moved = self.step[arc, self.progress].masked_fill(none, 0)
+        resumed = self.resume[arc, self.progress]
+        self.progress = torch.where(moved >= self.lengths, resumed, moved)
+
+
+def _arcs(automata: list) -> tuple[list[int], list[int], list, list, Tensor, set[int]]:
+    """The phrases' arcs (a key of a phrase: its token, its phrase, its progress from each
+    progress, and the progress at the token's end once the phrase is met: from the phrase's
+    border); for each phrase and progress > 0 the tokens that complete it (C, W, F); and those
+    that complete one from nothing."""
+    width = max(len(rows) for _, rows, _, _ in automata)  # a phrase's length + 2 at most
+    arc_tokens, arc_phrases, steps, resume, finish, always = [], [], [], [], [], set()
+    for c, (keys, rows, resumed, border) in enumerate(automata):
+        length, padding = len(rows) - 2, [0] * (width - len(rows))
+        arc_tokens += keys
+        arc_phrases += [c] * len(keys)
+        steps += [[row[r] for row in rows] + padding for r in range(len(keys))]
+        resumed = resumed or [[border] * len(keys)] * len(rows)  # tokens: met at their end
+        resume += [[border if row[r] >= length else row[r] for row in resumed] + padding
+                   for r in range(len(keys))]  # fmt: skip
+        done = [[k for r, k in enumerate(keys) if row[r] >= length] for row in rows[:length]]
+        always.update(done[0])
+        finish.append(done)
+    most = max((len(d) for done in finish for d in done[1:]), default=0)
+    completing = torch.full((len(automata), width, max(most, 1)), -1, dtype=torch.long)
+    for c, done in enumerate(finish):
+        for p, tokens in enumerate(done[1:], start=1):
+            completing[c, p, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    return arc_tokens, arc_phrases, steps, resume, completing, always
 
 
 def with_avoided(avoided: Terms | Sequence[Sequence[int]] | None, constraint, sentences: int,

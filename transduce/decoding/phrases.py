@@ -78,23 +78,25 @@ class PhraseTables:
             raise ValueError("a phrase's token ids must be >= 0")
         automata = [[phrase_automaton(t, c) for c in range(len(t.phrases))] for t in distinct]
         count = max(1, max(len(t.phrases) for t in distinct))
-        width = max((len(rows) - 2 for each in automata for _, rows, _ in each), default=1)
-        keys = max((len(k) for each in automata for k, _, _ in each), default=1)
+        width = max((len(rows) - 2 for each in automata for _, rows, _, _ in each), default=1)
+        keys = max((len(k) for each in automata for k, _, _, _ in each), default=1)
         self.keys = torch.full((len(distinct), count, max(1, keys)), -1, dtype=torch.long)
         self.step_to = torch.zeros(len(distinct), count, max(1, width) + 2, self.keys.size(2),
-                                   dtype=torch.long)  # fmt: skip
+                                   dtype=torch.int16)  # fmt: skip
         self.lengths = torch.zeros(len(distinct), count, dtype=torch.long)  # 0: none, met
         self.whole = torch.zeros(len(distinct), count, dtype=torch.bool)
         self.border = torch.zeros(len(distinct), count, dtype=torch.long)  # the whole's border
         for s, sentence_automata in enumerate(automata):
-            for c, (phrase_keys, rows, border) in enumerate(sentence_automata):
+            for c, (phrase_keys, rows, _, border) in enumerate(sentence_automata):
                 self.keys[s, c, : len(phrase_keys)] = torch.tensor(phrase_keys, dtype=torch.long)
                 table = torch.tensor(rows, dtype=torch.long).view(len(rows), -1)
                 self.step_to[s, c, : table.size(0), : table.size(1)] = table
                 self.lengths[s, c] = len(rows) - 2
                 self.whole[s, c] = distinct[s].whole[c]
                 self.border[s, c] = border
+        self._index_keys()
         self.keys, self.step_to = self.keys.to(device), self.step_to.to(device)
+        self.codes, self.columns = self.codes.to(device), self.columns.to(device)
         self.lengths, self.whole = self.lengths.to(device), self.whole.to(device)
         self.border = self.border.to(device)
         glue = next((t.glue for t in terms if t.glue is not None), None)
@@ -103,6 +105,17 @@ class PhraseTables:
         self.sentence = torch.tensor(of_sentence, device=device)  # each row's table
         self.progress = torch.zeros(len(terms), count, dtype=torch.long, device=device)
         self.phrase = torch.arange(count, device=device)
+
+    def _index_keys(self) -> None:
+        """Each (table, phrase, key) as one number, sorted, to find a token's column among a
+        phrase's keys by binary search: a scan of every key would grow with their count, which
+        is hundreds for a term followed by its characters. `span`: the tokens a code spans."""
+        self.span = max(self.highest, int(self.keys.max())) + 1
+        table, phrase, column = (self.keys >= 0).nonzero(as_tuple=True)
+        codes = (table * self.keys.size(1) + phrase) * self.span + self.keys[table, phrase, column]
+        codes, order = codes.sort(stable=True)  # a repeated key: its first column first
+        self.codes = torch.cat([torch.tensor([-1]), codes])  # -1: none matches it
+        self.columns = torch.cat([torch.tensor([0]), column[order]])
 
     def check_within(self, vocabulary: int) -> None:
         """ValueError for a phrase's token id past the vocabulary (ids handed to the search
@@ -117,22 +130,27 @@ class PhraseTables:
         """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`, by the tables
         alone (from a phrase's whole length: as from its longest border)."""
         sentence, progress = self.sentence[rows], self.progress[rows]
-        match = self.keys[sentence] == tokens[:, None, None]  # (N, C, R)
-        position = match.int().argmax(dim=2)  # the first place the token has among the keys
-        moved = self.step_to[sentence[:, None], self.phrase, progress, position]
-        return torch.where(match.any(dim=2), moved, 0)
+        code = (sentence[:, None] * self.keys.size(1) + self.phrase) * self.span + tokens[:, None]
+        at = torch.searchsorted(self.codes, code).clamp(max=self.codes.numel() - 1)  # (N, C)
+        found = (self.codes[at] == code) & (tokens < self.span)[:, None]
+        moved = self.step_to[sentence[:, None], self.phrase, progress, self.columns[at]]
+        return moved.long().masked_fill(~found, 0)
 
     def _steps(self) -> Tensor:
         """(N, C, R) each row's progress through each phrase after each of the phrase's keys."""
         return self.step_to[self.sentence[:, None], self.phrase, self.progress]
 
 
-def phrase_automaton(terms: Terms, c: int) -> tuple[list[int], list[list[int]], int]:
-    """Phrase c's keys, its table (a row for each progress 0 .. its length + 1) and the longest
-    border of the whole."""
+def phrase_automaton(
+    terms: Terms, c: int
+) -> tuple[list[int], list[list[int]], list[list[int]] | None, int]:
+    """Phrase c's keys, its table (a row for each progress 0 .. its length + 1), for a spelled
+    one the progress after the whole of each key (`Spelling.resume`; a phrase of tokens is met
+    only at a token's end), and the longest border of the whole."""
     spelled = terms.spellings[c] if terms.spellings else None
     if spelled is not None:
-        return list(spelled.keys), [list(row) for row in spelled.steps], _borders(spelled.text)[-1]
+        rows, resume = [list(row) for row in spelled.steps], [list(r) for r in spelled.resume]
+        return list(spelled.keys), rows, resume, _borders(spelled.text)[-1]
     phrase = terms.phrases[c]
     rows = _transitions(phrase, len(phrase))
-    return list(phrase), [*rows, [0] * len(phrase)], _borders(phrase)[-1]
+    return list(phrase), [*rows, [0] * len(phrase)], None, _borders(phrase)[-1]

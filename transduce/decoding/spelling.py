@@ -65,27 +65,27 @@ class Spelling:
     "これ" may come inside any of them. `steps[p][r]`: the characters matched after the piece
     `keys[r]` comes with `p` matched (the longest start of `text` that ends the output); every
     other piece resets to 0. `len(text)` matched: the term ends the piece (a piece gluing on
-    may undo it); `len(text) + 1`: met inside a piece, for good."""
+    may undo it); `len(text) + 1`: met inside a piece, for good. `resume[p][r]`: the characters
+    matched at the piece's end whatever it met inside it (an avoided phrase, once given way to,
+    is followed on from there)."""
 
     text: str
     keys: tuple[int, ...]
     steps: tuple[tuple[int, ...], ...]
+    resume: tuple[tuple[int, ...], ...]
 
     def held(self, tokens: Sequence[int], glued: Set[int] = frozenset()) -> bool:
         """Whether `tokens` hold it, not glued onto by a token of `glued` (as the search
-        follows it: a term the next token glues onto is to be met again)."""
+        follows it: a term the next token glues onto is undone, and that token's characters
+        go on from its whole)."""
         column = {key: r for r, key in enumerate(self.keys)}
-        progress, length, i = 0, len(self.text), 0
-        while i < len(tokens):
-            r = column.get(tokens[i])
+        progress, length = 0, len(self.text)
+        for i, token in enumerate(tokens):
+            r = column.get(token)
             progress = 0 if r is None else self.steps[progress][r]
-            if progress > length:
+            ends = progress == length and (i + 1 == len(tokens) or tokens[i + 1] not in glued)
+            if progress > length or ends:
                 return True
-            if progress == length:
-                if i + 1 == len(tokens) or tokens[i + 1] not in glued:
-                    return True
-                progress, i = 0, i + 1  # glued onto: that token is the word's, not a start
-            i += 1
         return False
 
 
@@ -97,14 +97,16 @@ def spelling(vocab: Vocab, text: str, whole: bool) -> Spelling:
     text = text.replace(" ", WORD_START)
     pieces, _, _ = _pieces_by_char(vocab)
     moves = _automaton(text)
-    keys, steps = [], []
+    keys, steps, resume = [], [], []
     for token in sorted(_candidates(vocab, text)):
         row = [_after(moves, text, pieces[token], p, whole) for p in range(len(text) + 1)]
         if any(row):
             keys.append(token)
             steps.append(row)
+            resume.append([_through(moves, pieces[token], p) for p in range(len(text) + 1)])
     rows = [tuple(step[p] for step in steps) for p in range(len(text) + 1)]
-    return Spelling(text, tuple(keys), (*rows, rows[-1]))
+    resumed = [tuple(ends[p] for ends in resume) for p in range(len(text) + 1)]
+    return Spelling(text, tuple(keys), (*rows, rows[-1]), (*resumed, resumed[-1]))
 
 
 def _automaton(text: str) -> list[dict[str, int]]:
@@ -132,6 +134,14 @@ def _after(moves: list[dict[str, int]], text: str, piece: str, p: int, whole: bo
         p = moves[p].get(char, 0)
         if p == len(text) and i + 1 < len(piece) and not (whole and bounds_words(piece[i + 1])):
             return p + 1
+    return p
+
+
+def _through(moves: list[dict[str, int]], piece: str, p: int) -> int:
+    """The characters matched at the end of `piece` with `p` matched before it, a whole match
+    inside it followed on from its border."""
+    for char in piece:
+        p = moves[p].get(char, 0)
     return p
 
 

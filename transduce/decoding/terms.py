@@ -164,13 +164,14 @@ class TermConstraint(PhraseTables):
     def _progressed(self, rows: Tensor, tokens: Tensor) -> Tensor:
         """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`. A met phrase
         stays met, unless the token glues onto a phrase met just before, which ends a word:
-        "Hund" then "e" is "Hunde", no term "Hund", and the phrase is to be met again."""
-        progress = self.progress[rows]
-        kept = torch.where(progress >= self.lengths[self.sentence[rows]], progress,
-                           self._moved(rows, tokens))  # fmt: skip
+        "Hund" then "e" is "Hunde", no term "Hund", and the phrase is to be met again, from
+        where that token leaves it."""
+        progress, moved = self.progress[rows], self._moved(rows, tokens)
+        kept = torch.where(progress >= self.lengths[self.sentence[rows]], progress, moved)
         if self.glues is None:
             return kept
-        return kept.masked_fill(self.just_met[rows] & self.glues[tokens][:, None], 0)
+        undone = self.just_met[rows] & self.glues[tokens][:, None]  # on from the whole's state
+        return torch.where(undone, moved, kept)
 
     def _bank(self, progress: Tensor, sentence: Tensor) -> Tensor:
         """Phrase tokens met: every met phrase's, and the furthest progress of an unmet one."""
