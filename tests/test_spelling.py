@@ -312,3 +312,13 @@ def test_a_spelled_term_with_a_space_and_a_latin_end_is_held_as_whole_words(tmp_
     assert any(held) and any("公園で dogo" in " ".join(line.split()) for line in lines)
     ids = vocab.encode(["公園で dog"])[0]
     assert not terms.spellings[0].held([*ids, *vocab.piece_ids(["o"])], glued)
+    # Avoided, its characters are ruled out a letter after them or not: "▁dogo" too.
+    from transduce.decoding.avoid import AvoidConstraint, parse_avoided
+
+    state = AvoidConstraint(parse_avoided(vocab, ["公園で dog"]), 1, EOS, CPU)
+    for token in vocab.encode(["公園で"])[0]:
+        state.advance(torch.tensor([token]))
+    log_probs = torch.zeros(1, vocab.size)
+    state.restrict(log_probs, torch.tensor([9]))
+    ruled = {vocab.pieces([i])[0] for i in (log_probs[0] == float("-inf")).nonzero().flatten()}
+    assert {"\u2581dog", "\u2581dogo"} <= ruled and "\u2581" not in ruled

@@ -494,3 +494,14 @@ def test_the_command_line_reads_a_lines_terms_tab_separated(tmp_path, monkeypatc
         main([*base, "--terms", str(terms)])
     with pytest.raises(SystemExit, match="need beam search"):
         main([*base[:-2], "--terms", str(terms), "--sampling"])
+
+
+def test_a_token_past_every_key_moves_no_phrase():
+    """A token is found among a phrase's keys by one number for (sentence, phrase, token): a
+    token past every key (10 with keys 4 and 5) is no key of any phrase, not phrase [4]'s
+    neighbour's."""
+    state = TermConstraint([Terms(((5,), (4,)), (False, False))], EOS, CPU)
+    state.advance(torch.tensor([10]))
+    assert state.progress.tolist() == [[0, 0]]
+    state.advance(torch.tensor([4]))
+    assert state.progress.tolist() == [[0, 1]]
