@@ -322,3 +322,17 @@ def test_a_spelled_term_with_a_space_and_a_latin_end_is_held_as_whole_words(tmp_
     state.restrict(log_probs, torch.tensor([9]))
     ruled = {vocab.pieces([i])[0] for i in (log_probs[0] == float("-inf")).nonzero().flatten()}
     assert {"\u2581dog", "\u2581dogo"} <= ruled and "\u2581" not in ruled
+
+
+def test_a_glue_piece_that_meets_a_whole_term_again_may_be_glued_onto_again():
+    """ "犬b" | "a犬b" | "a": the glue piece undoes the term and meets it again at its own end,
+    where the next glue piece undoes it again: the search and `missing` agree it is not held."""
+    from transduce.decoding.terms import TermConstraint
+
+    vocab = _Pieces(["犬b", "a犬b", "a"])
+    glue = torch.tensor([piece[:1] == "a" for piece in vocab.all])
+    terms = Terms(((4,),), (True,), glue, (spelling(vocab, "犬b", True),))
+    state, tokens = TermConstraint([terms], EOS, CPU), [4, 5, 6]
+    for token in tokens:
+        state.advance(torch.tensor([token]))
+    assert state.progress[0, 0] < state.lengths[0, 0] and state.missing(0, tokens) == 1

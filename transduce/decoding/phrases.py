@@ -81,8 +81,9 @@ class PhraseTables:
         width = max((len(rows) - 2 for each in automata for _, rows, _, _ in each), default=1)
         keys = max((len(k) for each in automata for k, _, _, _ in each), default=1)
         self.keys = torch.full((len(distinct), count, max(1, keys)), -1, dtype=torch.long)
+        small = torch.int16 if width < torch.iinfo(torch.int16).max - 1 else torch.long
         self.step_to = torch.zeros(len(distinct), count, max(1, width) + 2, self.keys.size(2),
-                                   dtype=torch.int16)  # fmt: skip
+                                   dtype=small)  # fmt: skip
         self.lengths = torch.zeros(len(distinct), count, dtype=torch.long)  # 0: none, met
         self.whole = torch.zeros(len(distinct), count, dtype=torch.bool)
         self.border = torch.zeros(len(distinct), count, dtype=torch.long)  # the whole's border

@@ -89,7 +89,7 @@ class Spelling:
         return False
 
 
-@functools.lru_cache(maxsize=1024)  # a glossary's terms come again (each up to ~0.5 MB)
+@functools.lru_cache(maxsize=1024)  # a glossary's terms come again (each ~10-100 KB)
 def spelling(vocab: Vocab, text: str, whole: bool) -> Spelling:
     """`text`'s `Spelling` over the vocabulary's pieces; a `whole` phrase (it ends in a
     spaced script's letter: "新しいiPhone") is not met where a letter of the piece goes on

@@ -158,7 +158,10 @@ class TermConstraint(PhraseTables):
         rows = torch.arange(tokens.numel(), device=tokens.device)
         progress = self._progressed(rows, tokens)
         lengths = self.lengths[self.sentence]
-        met_now = (progress == lengths) & (self.progress < lengths) & self.whole[self.sentence]
+        fresh = self.progress < lengths
+        if self.glues is not None:  # undone by a glue piece that meets it again at its end
+            fresh |= self.just_met & self.glues[tokens][:, None]
+        met_now = (progress == lengths) & fresh & self.whole[self.sentence]
         self.progress, self.just_met = progress, met_now
 
     def _progressed(self, rows: Tensor, tokens: Tensor) -> Tensor:
