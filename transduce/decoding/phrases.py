@@ -29,7 +29,7 @@ def contains(tokens: Sequence[int], phrase: Sequence[int], glued: set[int] = fro
 
 
 @functools.lru_cache(maxsize=4096)
-def _borders(phrase: tuple) -> list[int]:
+def borders(phrase: tuple | str) -> list[int]:
     """border[i]: the length of the longest proper start of phrase[: i + 1] that ends it."""
     border = [0] * len(phrase)
     for i in range(1, len(phrase)):
@@ -49,7 +49,7 @@ def _transitions(phrase: tuple[int, ...], width: int) -> list[list[int]]:
     that ends its first p tokens would do; after the whole phrase, as after its longest
     border (an avoided phrase may come again: "a a" after "a a" then "a"). Rows past the
     phrase's length are 0."""
-    n, border = len(phrase), _borders(phrase)
+    n, border = len(phrase), borders(phrase)
     table = [[0] * width for _ in range(width + 1)]
     for p in range(n):
         for j in range(n):
@@ -151,7 +151,7 @@ def phrase_automaton(
     spelled = terms.spellings[c] if terms.spellings else None
     if spelled is not None:
         rows, resume = [list(row) for row in spelled.steps], [list(r) for r in spelled.resume]
-        return list(spelled.keys), rows, resume, _borders(spelled.text)[-1]
+        return list(spelled.keys), rows, resume, borders(spelled.text)[-1]
     phrase = terms.phrases[c]
     rows = _transitions(phrase, len(phrase))
-    return list(phrase), [*rows, [0] * len(phrase)], None, _borders(phrase)[-1]
+    return list(phrase), [*rows, [0] * len(phrase)], None, borders(phrase)[-1]

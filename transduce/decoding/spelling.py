@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ..data.bpe import Vocab
 from ..writing import bounds_words
 from .constraints import WORD_START
+from .phrases import borders
 
 
 def glued(vocab: Vocab, text: str, ids: Sequence[int]) -> tuple[int, ...]:
@@ -112,12 +113,7 @@ def spelling(vocab: Vocab, text: str, whole: bool) -> Spelling:
 def _automaton(text: str) -> list[dict[str, int]]:
     """Knuth-Morris-Pratt over characters: moves[p][c], the characters matched after `c` with
     `p` matched (a character absent from the row: 0), for p up to len(text)."""
-    border = [0] * len(text)
-    for i in range(1, len(text)):
-        k = border[i - 1]
-        while k and text[i] != text[k]:
-            k = border[k - 1]
-        border[i] = k + (text[i] == text[k])
+    border = borders(text)
     moves: list[dict[str, int]] = []
     for p in range(len(text) + 1):
         row = dict(moves[border[p - 1]]) if p else {}
