@@ -63,7 +63,9 @@ def _transitions(phrase: tuple[int, ...], width: int) -> list[list[int]]:
 
 
 class PhraseTables:
-    """Phrases of each sentence of a search, and each row's progress through them: `keys`
+    """Phrases of each sentence of a search (terms' `TermConstraint`; an avoid list, the same
+    for every sentence, lays its automata out by key tokens, `decoding/avoid.py`), and each
+    row's progress through them: `keys`
     (S, C, R) each phrase's tokens that move it (-1: none), `step_to` (S, C, W + 2, R) the
     progress after key r from progress p, the rows following the search's hypotheses.
     Progress `lengths` is a phrase met at the token's end; one more, met inside a token."""
@@ -86,20 +88,17 @@ class PhraseTables:
                                    dtype=small)  # fmt: skip
         self.lengths = torch.zeros(len(distinct), count, dtype=torch.long)  # 0: none, met
         self.whole = torch.zeros(len(distinct), count, dtype=torch.bool)
-        self.border = torch.zeros(len(distinct), count, dtype=torch.long)  # the whole's border
         for s, sentence_automata in enumerate(automata):
-            for c, (phrase_keys, rows, _, border) in enumerate(sentence_automata):
+            for c, (phrase_keys, rows, _, _) in enumerate(sentence_automata):
                 self.keys[s, c, : len(phrase_keys)] = torch.tensor(phrase_keys, dtype=torch.long)
                 table = torch.tensor(rows, dtype=torch.long).view(len(rows), -1)
                 self.step_to[s, c, : table.size(0), : table.size(1)] = table
                 self.lengths[s, c] = len(rows) - 2
                 self.whole[s, c] = distinct[s].whole[c]
-                self.border[s, c] = border
         self._index_keys()
         self.keys, self.step_to = self.keys.to(device), self.step_to.to(device)
         self.codes, self.columns = self.codes.to(device), self.columns.to(device)
         self.lengths, self.whole = self.lengths.to(device), self.whole.to(device)
-        self.border = self.border.to(device)
         glue = next((t.glue for t in terms if t.glue is not None), None)
         self.glues = None if glue is None else glue.to(device)  # (V,)
         self.glued = set() if glue is None else set(glue.nonzero().flatten().tolist())
