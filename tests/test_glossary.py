@@ -179,3 +179,23 @@ def test_term_use_in_scripts_without_spaces_and_in_tokenized_text(tmp_path, caps
     main(["evaluate", "--hyp", str(hyp), "--ref", str(hyp), "--terms", str(path),
           "--lowercase-tokenized"])  # fmt: skip
     assert "term use = 50.00 (1 of 2 terms" in capsys.readouterr().out
+
+
+def test_a_translator_gives_a_glossary_matched_as_its_model_writes_text(tmp_path):
+    """From Python, as the command line: a model of running text matches "犬" inside "子犬が";
+    one of pre-tokenized text (every word between spaces) only as a word of its own; the
+    entries given or read from a file."""
+    from transduce.config import TaskConfig
+    from transduce.decoding.translate import Translator
+
+    from .conftest import toy_translator
+
+    running = toy_translator(tmp_path)
+    tokenized = Translator(running.model, running.vocab, running.decode, running.device,
+                           TaskConfig(tokenize="none", lowercase=True))  # fmt: skip
+    entries = [("犬", "dog")]
+    assert running.glossary(entries).terms_of("子犬が走る") == ["dog"]
+    assert tokenized.glossary(entries).terms_of("子犬 が 走る") == []
+    assert tokenized.glossary(entries).terms_of("子 犬 が 走る") == ["dog"]
+    path = write_lines(tmp_path / "glossary.tsv", ["犬\tdog"])
+    assert tokenized.glossary(path).tokenized and not running.glossary(str(path)).tokenized

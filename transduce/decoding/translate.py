@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -22,9 +22,11 @@ from ..models.matmul import PackedWeights, packed_for_inference
 from ..models.saved import load_model, model_paths
 from ..runtime import pick_device
 from ..tasks import get_task
+from ..tasks.translation import is_tokenized
 from .avoid import check_terms, parse_avoided
 from .constraints import TreeConstraint
 from .forced import TargetScore, score_ids
+from .glossary import Glossary
 from .prefix import Prefix, parse_prefixes
 from .sampling import Sampling, sample
 from .search import Hypothesis, beam_search
@@ -148,6 +150,15 @@ class Translator:
         self.packed_weights: PackedWeights | None = None  # see keep_packed_weights
         # Quantized on first use and kept: a translator decodes call after call with them.
         self.int8_weights: Int8Weights | None = {} if int8 else None
+
+    def glossary(self, entries: Iterable[tuple[str, str]] | Path | str) -> Glossary:
+        """A glossary for this model's lines (`decoding/glossary.py`): (source, translation)
+        pairs, or a file of them, matched as the model's text is written (pre-tokenized text's
+        words all between spaces, `is_tokenized`), as `translate --glossary` matches them."""
+        tokenized = is_tokenized(self.task.config)
+        if isinstance(entries, Path | str):
+            return Glossary.read(entries, tokenized)
+        return Glossary(entries, tokenized)
 
     def keep_packed_weights(self) -> None:
         """Keep the weights packed for oneDNN from one call to the next, as a server wants: a
