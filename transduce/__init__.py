@@ -14,7 +14,7 @@ The public API, one import away; the names live in the subpackages of their pape
     translator.translate(["a dog runs ."], sampling=transduce.Sampling(seed=1))  # a sample
     translator.translate(["a dog runs ."], prefixes=["ein hu"])  # completes a typed start
     translator.translate(["a dog runs ."], terms=[["Hund"]])  # holds each term
-    glossary = transduce.Glossary([("dog", "Hund")])  # terms for the lines that use them
+    glossary = translator.glossary([("dog", "Hund")])  # terms for the lines that use them
     translator.translate(lines, terms=glossary.terms(lines))
     print(transduce.explain("the cat sat"))             # one encoder layer, every number
 
