@@ -312,6 +312,12 @@ def test_a_spelled_term_with_a_space_and_a_latin_end_is_held_as_whole_words(tmp_
     assert any(held) and any("公園で dogo" in " ".join(line.split()) for line in lines)
     ids = vocab.encode(["公園で dog"])[0]
     assert not terms.spellings[0].held([*ids, *vocab.piece_ids(["o"])], glued)
+    # A term starting with a Latin word, "dog 公園": followed by its characters, not after a
+    # letter ("dogdog 公園"), held after a Japanese character ("犬dog 公園").
+    latin = parse_terms(vocab, [["dog 公園"]])[0].spellings[0]
+    assert latin.text == "dog\u2581公園"
+    assert latin.held(vocab.encode(["犬dog 公園"])[0]) and latin.held(vocab.encode(["dog 公園"])[0])
+    assert not latin.held(vocab.encode(["dogdog 公園"])[0])
     # Avoided, its characters are ruled out a letter after them or not: "▁dogo" too.
     from transduce.decoding.avoid import AvoidConstraint, parse_avoided
 
@@ -336,3 +342,47 @@ def test_a_glue_piece_that_meets_a_whole_term_again_may_be_glued_onto_again():
     for token in tokens:
         state.advance(torch.tensor([token]))
     assert state.progress[0, 0] < state.lengths[0, 0] and state.missing(0, tokens) == 1
+
+
+def test_a_term_starting_a_spaced_word_does_not_start_after_a_letter_of_one():
+    """Over pieces of "a", "b" (letters of a spaced script) and "犬": a term starting with a
+    letter ("a犬", "AI技術") starts only where no letter comes before it, inside a piece or
+    after one ("ba犬" holds no "a犬"; "犬a犬" does), through the tables as `held` judges it."""
+    import re
+
+    rng = random.Random(4)
+    alphabet = "ab犬"
+    pieces = sorted({"".join(p) for n in (1, 2, 3) for p in itertools.product(alphabet, repeat=n)})
+    vocab = _Pieces(pieces)
+    for _ in range(300):
+        text = rng.choice("ab") + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 3)))
+        spelled = spelling(vocab, text, False, True)
+        tokens = [rng.randrange(4, vocab.size) for _ in range(rng.randint(0, 6))]
+        written = vocab.text(tokens)
+        bounded = re.search("(?<![ab])" + re.escape(text), written) is not None
+        assert spelled.held(tokens) == bounded, (text, vocab.pieces(tokens))
+    unbounded = spelling(vocab, "a犬", False)
+    ba_dog = [vocab.all.index("ba"), vocab.all.index("犬")]
+    assert unbounded.held(ba_dog) and not spelling(vocab, "a犬", False, True).held(ba_dog)
+
+
+def test_a_wide_beam_finds_every_output_holding_a_term_that_starts_a_spaced_word():
+    """ "a犬" after "b" ("b" | "a犬", or "ba" | "犬") is no term; at the start, after "犬" or inside
+    "犬a犬" it is: the n best of a beam that keeps everything are exactly the outputs holding it
+    so, first, with no term missing."""
+    import re
+
+    vocab = _Pieces(["a犬", "ba", "a", "犬", "b"])
+    word_ends = torch.tensor([piece[-1:] in ("a", "b") for piece in vocab.all])
+    terms = Terms(((4,),), (False,), None, (spelling(vocab, "a犬", False, True),), word_ends)
+    model, source = tiny_model(3, vocab_size=vocab.size), [4, 5]
+    writable = [1, *range(4, vocab.size)]
+    outputs = [list(t) for n in range(4) for t in itertools.product(writable, repeat=n)]
+    holding = [t for t in outputs if re.search("(?<![ab])a犬", vocab.text(t))]
+    src = torch.tensor([[*source, EOS]])
+    found = beam_search(model, src, **SPECIALS, beam_size=400, n_best=400, max_len_a=0,
+                        max_len_b=4, terms=[terms])[0]  # fmt: skip
+    met = [h for h in found if h.missing == 0]
+    assert sorted(h.tokens for h in met) == sorted(holding) and found[: len(met)] == met
+    assert [8, 4] not in holding and [5, 7] not in holding  # "b" "a犬", "ba" "犬"
+    assert [4] in holding and [7, 4] in holding  # "a犬" at the start, after "犬"

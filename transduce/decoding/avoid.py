@@ -90,7 +90,7 @@ class AvoidConstraint:
 
     def __init__(self, avoided: Terms, sentences: int, eos: int, device: torch.device):
         automata = [phrase_automaton(avoided, c) for c in range(len(avoided.phrases))]
-        tokens = [key for keys, _, _, _ in automata for key in keys]
+        tokens = [key for keys, _, _, _, _ in automata for key in keys]
         if min(tokens, default=0) < 0:
             raise ValueError("a phrase's token ids must be >= 0")
         self.highest, self.eos = max(tokens, default=0), eos
@@ -104,7 +104,7 @@ class AvoidConstraint:
         )
         self.step, self.resume = torch.tensor(steps), torch.tensor(resume)
         self.finish, self.always = finish, torch.tensor(sorted(always), dtype=torch.long)
-        self.lengths = torch.tensor([len(rows) - 2 for _, rows, _, _ in automata])
+        self.lengths = torch.tensor([len(rows) - 2 for _, rows, _, _, _ in automata])
         for name in ("row_of", "arc_of", "step", "resume", "finish", "always", "lengths"):
             setattr(self, name, getattr(self, name).to(device))
         self.progress = torch.zeros(sentences, len(automata), dtype=torch.long, device=device)
@@ -150,9 +150,9 @@ def _arcs(automata: list) -> tuple[list[int], list[int], list, list, Tensor, set
     progress, and the progress at the token's end once the phrase is met: from the phrase's
     border); for each phrase and progress > 0 the tokens that complete it (C, W, F); and those
     that complete one from nothing."""
-    width = max(len(rows) for _, rows, _, _ in automata)  # a phrase's length + 2 at most
+    width = max(len(rows) for _, rows, _, _, _ in automata)  # a phrase's length + 2 at most
     arc_tokens, arc_phrases, steps, resume, finish, always = [], [], [], [], [], set()
-    for c, (keys, rows, resumed, border) in enumerate(automata):
+    for c, (keys, rows, _, resumed, border) in enumerate(automata):
         length, padding = len(rows) - 2, [0] * (width - len(rows))
         arc_tokens += keys
         arc_phrases += [c] * len(keys)

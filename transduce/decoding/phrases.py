@@ -65,10 +65,12 @@ def _transitions(phrase: tuple[int, ...], width: int) -> list[list[int]]:
 class PhraseTables:
     """Phrases of each sentence of a search (terms' `TermConstraint`; an avoid list, the same
     for every sentence, lays its automata out by key tokens, `decoding/avoid.py`), and each
-    row's progress through them: `keys`
-    (S, C, R) each phrase's tokens that move it (-1: none), `step_to` (S, C, W + 2, R) the
-    progress after key r from progress p, the rows following the search's hypotheses.
-    Progress `lengths` is a phrase met at the token's end; one more, met inside a token."""
+    row's progress through them: `keys` (S, C, R) each phrase's tokens that move it (-1:
+    none), `step_to` (S, C, W + 3, R) the progress after key r from progress p, the rows
+    following the search's hypotheses. Progress `lengths` is a phrase met at the token's end;
+    one more, met inside a token; the last row, the step from nothing after a piece ending in
+    a spaced script's letter (`after_word`: a phrase starting such a word may not start
+    there)."""
 
     def __init__(self, terms: Sequence[Terms], device: torch.device):
         # One table a distinct Terms object: an avoid list is every sentence's, built once.
@@ -80,19 +82,21 @@ class PhraseTables:
             raise ValueError("a phrase's token ids must be >= 0")
         automata = [[phrase_automaton(t, c) for c in range(len(t.phrases))] for t in distinct]
         count = max(1, max(len(t.phrases) for t in distinct))
-        width = max((len(rows) - 2 for each in automata for _, rows, _, _ in each), default=1)
-        keys = max((len(k) for each in automata for k, _, _, _ in each), default=1)
+        width = max((len(rows) - 2 for each in automata for _, rows, _, _, _ in each), default=1)
+        keys = max((len(k) for each in automata for k, _, _, _, _ in each), default=1)
         self.keys = torch.full((len(distinct), count, max(1, keys)), -1, dtype=torch.long)
         small = torch.int16 if width < torch.iinfo(torch.int16).max - 1 else torch.long
-        self.step_to = torch.zeros(len(distinct), count, max(1, width) + 2, self.keys.size(2),
+        self.step_to = torch.zeros(len(distinct), count, max(1, width) + 3, self.keys.size(2),
                                    dtype=small)  # fmt: skip
+        self.blocked_row = self.step_to.size(2) - 1
         self.lengths = torch.zeros(len(distinct), count, dtype=torch.long)  # 0: none, met
         self.whole = torch.zeros(len(distinct), count, dtype=torch.bool)
         for s, sentence_automata in enumerate(automata):
-            for c, (phrase_keys, rows, _, _) in enumerate(sentence_automata):
+            for c, (phrase_keys, rows, blocked, _, _) in enumerate(sentence_automata):
                 self.keys[s, c, : len(phrase_keys)] = torch.tensor(phrase_keys, dtype=torch.long)
                 table = torch.tensor(rows, dtype=torch.long).view(len(rows), -1)
                 self.step_to[s, c, : table.size(0), : table.size(1)] = table
+                self.step_to[s, c, -1, : table.size(1)] = torch.tensor(blocked, dtype=torch.long)
                 self.lengths[s, c] = len(rows) - 2
                 self.whole[s, c] = distinct[s].whole[c]
         self._index_keys()
@@ -102,6 +106,9 @@ class PhraseTables:
         glue = next((t.glue for t in terms if t.glue is not None), None)
         self.glues = None if glue is None else glue.to(device)  # (V,)
         self.glued = set() if glue is None else set(glue.nonzero().flatten().tolist())
+        ends = next((t.word_ends for t in terms if t.word_ends is not None), None)
+        self.word_ends = None if ends is None else ends.to(device)  # (V,)
+        self.after_word = torch.zeros(len(terms), dtype=torch.bool, device=device)
         self.sentence = torch.tensor(of_sentence, device=device)  # each row's table
         self.progress = torch.zeros(len(terms), count, dtype=torch.long, device=device)
         self.phrase = torch.arange(count, device=device)
@@ -129,7 +136,7 @@ class PhraseTables:
     def _moved(self, rows: Tensor, tokens: Tensor) -> Tensor:
         """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`, by the tables
         alone (from a phrase's whole length: as from its longest border)."""
-        sentence, progress = self.sentence[rows], self.progress[rows]
+        sentence, progress = self.sentence[rows], self._state(rows)
         code = (sentence[:, None] * self.keys.size(1) + self.phrase) * self.span + tokens[:, None]
         at = torch.searchsorted(self.codes, code).clamp(max=self.codes.numel() - 1)  # (N, C)
         found = (self.codes[at] == code) & (tokens < self.span)[:, None]
@@ -138,19 +145,28 @@ class PhraseTables:
 
     def _steps(self) -> Tensor:
         """(N, C, R) each row's progress through each phrase after each of the phrase's keys."""
-        return self.step_to[self.sentence[:, None], self.phrase, self.progress]
+        rows = torch.arange(self.progress.size(0), device=self.progress.device)
+        return self.step_to[self.sentence[:, None], self.phrase, self._state(rows)]
+
+    def _state(self, rows: Tensor) -> Tensor:
+        """(N, C) the table row of each phrase for `rows`: its progress, or the blocked row."""
+        progress = self.progress[rows]
+        blocked = (progress == 0) & self.after_word[rows][:, None]
+        return progress.masked_fill(blocked, self.blocked_row)
 
 
 def phrase_automaton(
     terms: Terms, c: int
-) -> tuple[list[int], list[list[int]], list[list[int]] | None, int]:
-    """Phrase c's keys, its table (a row for each progress 0 .. its length + 1), for a spelled
-    one the progress after the whole of each key (`Spelling.resume`; a phrase of tokens is met
-    only at a token's end), and the longest border of the whole."""
+) -> tuple[list[int], list[list[int]], list[int], list[list[int]] | None, int]:
+    """Phrase c's keys, its table (a row for each progress 0 .. its length + 1), the step from
+    nothing after a spaced script's letter (`Spelling.blocked`; else row 0), for a spelled one
+    the progress after the whole of each key (`Spelling.resume`; a phrase of tokens is met only
+    at a token's end), and the longest border of the whole."""
     spelled = terms.spellings[c] if terms.spellings else None
     if spelled is not None:
         rows, resume = [list(row) for row in spelled.steps], [list(r) for r in spelled.resume]
-        return list(spelled.keys), rows, resume, borders(spelled.text)[-1]
+        blocked = list(spelled.blocked) or rows[0]
+        return list(spelled.keys), rows, blocked, resume, borders(spelled.text)[-1]
     phrase = terms.phrases[c]
     rows = _transitions(phrase, len(phrase))
-    return list(phrase), [*rows, [0] * len(phrase)], None, borders(phrase)[-1]
+    return list(phrase), [*rows, [0] * len(phrase)], rows[0], None, borders(phrase)[-1]

@@ -55,12 +55,15 @@ class Terms:
     pre-tokenized text). A phrase ending in a script written without spaces (Japanese, Chinese,
     Thai) may be followed by anything, unless the text is pre-tokenized. `spellings[i]`, where
     given and not None: phrase i is followed by its characters in any pieces (running text of a
-    script without spaces), `phrases[i]` then one spelling of it."""
+    script without spaces), `phrases[i]` then one spelling of it; `word_ends` (V,) the pieces
+    ending in a spaced script's letter, after which a spelled phrase starting a word of one
+    ("AI技術") may not start."""
 
     phrases: tuple[tuple[int, ...], ...] = ()
     whole: tuple[bool, ...] = ()
     glue: Tensor | None = None
     spellings: tuple[Spelling | None, ...] = ()
+    word_ends: Tensor | None = None
 
     def __bool__(self) -> bool:
         return bool(self.phrases)
@@ -100,20 +103,27 @@ def parse_terms(
         encoded = vocab.encode(texts) if texts else []
         tokenized = is_tokenized(task)
         running = [not tokenized and unspaced(text[0]) for text in texts]
-        spelled = [
-            run and len(text) <= MAX_SPELLED for run, text in zip(running, texts, strict=True)
-        ]
+        spelled = [not tokenized and len(text) <= MAX_SPELLED and any(map(unspaced, text))
+                   for text in texts]  # fmt: skip
         phrases = tuple(
             glued(vocab, text, ids) if run else tuple(ids)
             for text, ids, run in zip(texts, encoded, running, strict=True)
         )
         whole = tuple(bounds_words(text[-1], tokenized) for text in texts)
         spellings = tuple(
-            spelling(vocab, vocab.decode([ids])[0], ends) if spell else None
-            for ids, ends, spell in zip(phrases, whole, spelled, strict=True)
+            spelling(vocab, vocab.decode([ids])[0], ends, bounds_words(text[0])) if spell else None
+            for text, ids, ends, spell in zip(texts, phrases, whole, spelled, strict=True)
         )
-        parsed.append(Terms(phrases, whole, _gluing(vocab, tokenized), spellings))
+        glue, word_ends = _gluing(vocab, tokenized), _word_ending(vocab)
+        parsed.append(Terms(phrases, whole, glue, spellings, word_ends))
     return parsed
+
+
+@functools.lru_cache(maxsize=4)
+def _word_ending(vocab: Vocab) -> Tensor:
+    """(V,) the pieces that end in a letter or digit of a spaced script."""
+    pieces = vocab.pieces(list(range(vocab.size)))
+    return torch.tensor([bool(piece) and bounds_words(piece[-1]) for piece in pieces])
 
 
 @functools.lru_cache(maxsize=4)
@@ -152,7 +162,7 @@ class TermConstraint(PhraseTables):
 
     def reorder(self, rows: Tensor) -> None:
         self.sentence, self.progress = self.sentence[rows], self.progress[rows]
-        self.just_met = self.just_met[rows]
+        self.just_met, self.after_word = self.just_met[rows], self.after_word[rows]
 
     def advance(self, tokens: Tensor) -> None:
         rows = torch.arange(tokens.numel(), device=tokens.device)
@@ -163,6 +173,8 @@ class TermConstraint(PhraseTables):
             fresh |= self.just_met & self.glues[tokens][:, None]
         met_now = (progress == lengths) & fresh & self.whole[self.sentence]
         self.progress, self.just_met = progress, met_now
+        if self.word_ends is not None:
+            self.after_word = self.word_ends[tokens]
 
     def _progressed(self, rows: Tensor, tokens: Tensor) -> Tensor:
         """(N, C) each phrase's progress after row `rows[i]` takes `tokens[i]`. A met phrase
