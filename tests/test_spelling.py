@@ -386,3 +386,10 @@ def test_a_wide_beam_finds_every_output_holding_a_term_that_starts_a_spaced_word
     assert sorted(h.tokens for h in met) == sorted(holding) and found[: len(met)] == met
     assert [8, 4] not in holding and [5, 7] not in holding  # "b" "a犬", "ba" "犬"
     assert [4] in holding and [7, 4] in holding  # "a犬" at the start, after "犬"
+    from transduce.decoding.terms import TermConstraint
+
+    for tokens, met in [([8, 4], False), ([5, 7], False), ([7, 4], True), ([8, 7, 4], True)]:
+        state = TermConstraint([terms], EOS, CPU)  # the search's own judgement, token by token
+        for token in tokens:
+            state.advance(torch.tensor([token]))
+        assert bool(state.progress[0, 0] >= state.lengths[0, 0]) == met, vocab.pieces(tokens)
