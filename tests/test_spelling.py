@@ -171,24 +171,32 @@ def test_a_narrow_beam_still_places_a_term_the_model_would_not_write(beam):
         assert text in vocab.text(found.tokens) and found.missing == 0, (seed, text)
 
 
+def _every_output(vocab: _Pieces, terms: Terms, seed: int, pattern: str):
+    """A beam that keeps everything over outputs of at most three pieces: its n best, those of
+    them holding the terms by the search's own count, and every output whose text `pattern`
+    finds."""
+    import re
+
+    model = tiny_model(seed, vocab_size=vocab.size)
+    writable = [1, *range(4, vocab.size)]
+    outputs = [list(t) for n in range(4) for t in itertools.product(writable, repeat=n)]
+    holding = [t for t in outputs if re.search(pattern, vocab.text(t))]
+    src = torch.tensor([[4, 5, EOS]])
+    found = beam_search(model, src, **SPECIALS, beam_size=400, n_best=400, max_len_a=0,
+                        max_len_b=4, terms=[terms])[0]  # fmt: skip
+    return found, [h for h in found if h.missing == 0], holding
+
+
 def test_a_whole_term_met_inside_a_piece_stays_met_whatever_follows():
     """ "犬a" ends in a Latin letter: "犬a" + "b" is no term (the search rules "b" out there), but
     "犬a。" + "b" holds it, met inside a piece: every output holding it is found, the latter
     too, and none other counts as holding it."""
-    import re
 
     vocab = _Pieces(["犬a。", "b", "犬", "a", "。"])
     glue = torch.tensor([p in ("a", "b") for p in vocab.all])
     terms = Terms(((6, 7),), (True,), glue, (spelling(vocab, "犬a", True),))
-    model, source = tiny_model(2, vocab_size=vocab.size), [4, 5]
-    writable = [1, *range(4, vocab.size)]
-    outputs = [list(t) for n in range(4) for t in itertools.product(writable, repeat=n)]
-    holding = [t for t in outputs if re.search("犬a(?![ab])", vocab.text(t))]
-    src = torch.tensor([[*source, EOS]])
-    found = beam_search(model, src, **SPECIALS, beam_size=400, n_best=400, max_len_a=0,
-                        max_len_b=4, terms=[terms])[0]  # fmt: skip
-    met = [h for h in found if h.missing == 0]
-    assert sorted(h.tokens for h in met) == sorted(holding)
+    found, met, holding = _every_output(vocab, terms, 2, "犬a(?![ab])")
+    assert sorted(h.tokens for h in met) == sorted(holding) and found[: len(met)] == met
     assert [4, 5] in holding  # "犬a。" then "b"
 
 
@@ -370,19 +378,11 @@ def test_a_wide_beam_finds_every_output_holding_a_term_that_starts_a_spaced_word
     """ "a犬" after "b" ("b" | "a犬", or "ba" | "犬") is no term; at the start, after "犬" or inside
     "犬a犬" it is: the n best of a beam that keeps everything are exactly the outputs holding it
     so, first, with no term missing."""
-    import re
 
     vocab = _Pieces(["a犬", "ba", "a", "犬", "b"])
     word_ends = torch.tensor([piece[-1:] in ("a", "b") for piece in vocab.all])
     terms = Terms(((4,),), (False,), None, (spelling(vocab, "a犬", False, True),), word_ends)
-    model, source = tiny_model(3, vocab_size=vocab.size), [4, 5]
-    writable = [1, *range(4, vocab.size)]
-    outputs = [list(t) for n in range(4) for t in itertools.product(writable, repeat=n)]
-    holding = [t for t in outputs if re.search("(?<![ab])a犬", vocab.text(t))]
-    src = torch.tensor([[*source, EOS]])
-    found = beam_search(model, src, **SPECIALS, beam_size=400, n_best=400, max_len_a=0,
-                        max_len_b=4, terms=[terms])[0]  # fmt: skip
-    met = [h for h in found if h.missing == 0]
+    found, met, holding = _every_output(vocab, terms, 3, "(?<![ab])a犬")
     assert sorted(h.tokens for h in met) == sorted(holding) and found[: len(met)] == met
     assert [8, 4] not in holding and [5, 7] not in holding  # "b" "a犬", "ba" "犬"
     assert [4] in holding and [7, 4] in holding  # "a犬" at the start, after "犬"
