@@ -326,6 +326,15 @@ def test_a_spelled_term_with_a_space_and_a_latin_end_is_held_as_whole_words(tmp_
     assert latin.text == "dog\u2581公園"
     assert latin.held(vocab.encode(["犬dog 公園"])[0]) and latin.held(vocab.encode(["dog 公園"])[0])
     assert not latin.held(vocab.encode(["dogdog 公園"])[0])
+    # A model whose outputs are running Japanese (scored on characters) spells every term, a
+    # Latin word too: "dog" inside "犬dog公園", not in "dogo"; a model of spaced text does not.
+    from transduce.config import TaskConfig
+
+    running = parse_terms(vocab, [["dog"]], TaskConfig(tokenize="char"))[0].spellings[0]
+    assert parse_terms(vocab, [["dog"]])[0].spellings == (None,)
+    assert running.held(vocab.encode(["犬dog公園"])[0], glued)
+    assert not running.held(vocab.encode(["犬dogo公園"])[0], glued)
+    assert not running.held(vocab.encode(["犬dogdog公園"])[0], glued)
     # Avoided, its characters are ruled out a letter after them or not: "▁dogo" too.
     from transduce.decoding.avoid import AvoidConstraint, parse_avoided
 

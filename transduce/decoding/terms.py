@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..config import TaskConfig
 from ..data.bpe import Vocab
-from ..tasks.translation import TRANSLATION, is_tokenized
+from ..tasks.translation import TRANSLATION, is_tokenized, writes_running_text
 from ..writing import bounds_words, unspaced
 from .constraints import WORD_START, Constraint
 from .phrases import PhraseTables, contains
@@ -85,8 +85,9 @@ def parse_terms(
     it), more than MAX_TERMS phrases for a line, and a model of another `task`. A phrase is
     encoded as the model writes it: in running text of a script without spaces glued to the
     word before it, and held in any pieces that spell its characters (`Spelling`, up to
-    MAX_SPELLED of them); in pre-tokenized text (`is_tokenized`) a word of its own, in any
-    script."""
+    MAX_SPELLED of them), as is any term of a model whose outputs are such text
+    (`writes_running_text`: "iPhone" inside running Japanese); in pre-tokenized text
+    (`is_tokenized`) a word of its own, in any script."""
     if task.name != "translation":
         raise ValueError(f"terms are for translation, not for a {task.name} model")
     parsed = []
@@ -103,8 +104,9 @@ def parse_terms(
         encoded = vocab.encode(texts) if texts else []
         tokenized = is_tokenized(task)
         running = [not tokenized and unspaced(text[0]) for text in texts]
-        spelled = [not tokenized and len(text) <= MAX_SPELLED and any(map(unspaced, text))
-                   for text in texts]  # fmt: skip
+        running_target = writes_running_text(task)
+        spelled = [not tokenized and len(text) <= MAX_SPELLED
+                   and (running_target or any(map(unspaced, text))) for text in texts]  # fmt: skip
         phrases = tuple(
             glued(vocab, text, ids) if run else tuple(ids)
             for text, ids, run in zip(texts, encoded, running, strict=True)

@@ -81,4 +81,11 @@ def is_tokenized(task: TaskConfig) -> bool:
     return task.tokenize == "none"
 
 
+def writes_running_text(task: TaskConfig) -> bool:
+    """Whether the task's outputs are running text of a script without spaces (scored on
+    characters, `UNSPACED_LANGUAGES`): a Latin word inside it comes without a space before it
+    ("新しいiPhoneを"), so every term is followed by its characters (`decoding/spelling.py`)."""
+    return task.tokenize in set(UNSPACED_LANGUAGES.values())
+
+
 TRANSLATION = scoring(tokenized=False)  # raw text, scored by sacreBLEU's defaults
