@@ -52,7 +52,7 @@ def parse_avoided(vocab: Vocab, phrases: Sequence[str], task: TaskConfig = TRANS
     avoided = _all_in_one(parse_terms(vocab, [[t] for t in writable], task))
     # Characters are ruled out wherever they come, a letter after them or not ("トムのcat" in
     # "トムのcats"), as tokens are ("hund" + "e"): no whole words among avoided phrases.
-    spelled = tuple(s and spelling(vocab, s.text, False) for s in avoided.spellings)
+    spelled = tuple(s and spelling(vocab, s.text, False) for s in avoided.spelled)
     avoided = replace(avoided, spellings=spelled)
     for text, phrase in zip(writable, avoided.phrases, strict=True):
         if len(phrase) > MAX_AVOIDED_TOKENS:
@@ -64,10 +64,9 @@ def parse_avoided(vocab: Vocab, phrases: Sequence[str], task: TaskConfig = TRANS
 def check_terms(avoided: Terms, terms: Sequence[Terms], vocab: Vocab) -> None:
     """ValueError for a line's term that holds an avoided phrase (its tokens, or its characters
     where it is followed by them): no output could do both."""
-    spellings = avoided.spellings or (None,) * len(avoided.phrases)
     for number, line in enumerate(terms, start=1):
         for phrase in line.phrases:
-            for banned, spelled in zip(avoided.phrases, spellings, strict=True):
+            for banned, spelled in zip(avoided.phrases, avoided.spelled, strict=True):
                 if spelled.held(phrase) if spelled else contains(phrase, banned):
                     term, avoided_text = vocab.decode([phrase, banned])
                     raise ValueError(f"line {number}: the term {term!r} holds the avoided "
@@ -77,7 +76,7 @@ def check_terms(avoided: Terms, terms: Sequence[Terms], vocab: Vocab) -> None:
 def _all_in_one(each: list[Terms]) -> Terms:
     """One Terms of every phrase."""
     return Terms(tuple(p for t in each for p in t.phrases), tuple(w for t in each for w in t.whole),
-                 each[0].glue, tuple(s for t in each for s in t.spellings))  # fmt: skip
+                 each[0].glue, tuple(s for t in each for s in t.spelled))  # fmt: skip
 
 
 class AvoidConstraint:

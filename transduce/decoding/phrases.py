@@ -162,7 +162,7 @@ def phrase_automaton(
     nothing after a spaced script's letter (`Spelling.blocked`; else row 0), for a spelled one
     the progress after the whole of each key (`Spelling.resume`; a phrase of tokens is met only
     at a token's end), and the longest border of the whole."""
-    spelled = terms.spellings[c] if terms.spellings else None
+    spelled = terms.spelled[c]
     if spelled is not None:
         rows, resume = [list(row) for row in spelled.steps], [list(r) for r in spelled.resume]
         blocked = list(spelled.blocked) or rows[0]

@@ -112,7 +112,7 @@ def spelling(vocab: Vocab, text: str, whole: bool, bounded: bool = False) -> Spe
             keys.append(token)
             steps.append(row)
             resume.append([_through(moves, piece, p) for p in states])
-            blocked.append(_after(moves, text, piece, 0, whole, bounded, True))
+            blocked.append(_after(moves, text, piece, 0, whole, True, True) if bounded else row[0])
     rows = [tuple(step[p] for step in steps) for p in states]
     resumed = [tuple(ends[p] for ends in resume) for p in states]
     return Spelling(text, tuple(keys), (*rows, rows[-1]), (*resumed, resumed[-1]),

@@ -69,12 +69,16 @@ class Terms:
         return bool(self.phrases)
 
     @property
+    def spelled(self) -> tuple[Spelling | None, ...]:
+        """Each phrase's `Spelling`, None for one followed by its tokens (all, if none given)."""
+        return self.spellings or (None,) * len(self.phrases)
+
+    @property
     def tokens(self) -> int:
         """The tokens its phrases take at most (each apart: they may share none; a spelled one
         a piece a character at most)."""
-        spellings = self.spellings or (None,) * len(self.phrases)
         return sum(len(phrase) if spelled is None else len(spelled.text)
-                   for phrase, spelled in zip(self.phrases, spellings, strict=True))  # fmt: skip
+                   for phrase, spelled in zip(self.phrases, self.spelled, strict=True))  # fmt: skip
 
 
 def parse_terms(
@@ -255,9 +259,8 @@ class TermConstraint(PhraseTables):
     def missing(self, sentence: int, tokens: Sequence[int]) -> int:
         """How many of the sentence's phrases `tokens` lacks (a whole one glued onto lacks)."""
         terms, tokens = self.terms[sentence], list(tokens)
-        spellings = terms.spellings or (None,) * len(terms.phrases)
         lacking = 0
-        for phrase, whole, spelled in zip(terms.phrases, terms.whole, spellings, strict=True):
+        for phrase, whole, spelled in zip(terms.phrases, terms.whole, terms.spelled, strict=True):
             glued = self.glued if whole else set()
             held = spelled.held(tokens, glued) if spelled else contains(tokens, phrase, glued)
             lacking += not held

@@ -278,9 +278,9 @@ class Engine:
         same for all: only those lacking fewest are re-ranked)."""
         outputs = [{"text": text, "score": score} for text, score in hyps]
         if work.terms:
-            lacking = {text: missing for text, _, _, missing in candidates}
+            missing = candidates[0][3] if candidates else 0
             for output in outputs:
-                output["missing_terms"] = lacking.get(output["text"], 0)
+                output["missing_terms"] = missing
         return outputs
 
     def _outputs(self, line: str, hypotheses: list, work: TranslateWork) -> list[dict]:
