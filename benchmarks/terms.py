@@ -13,6 +13,7 @@ glossary is for), drawn with a fixed seed. Then, for each beam of --beams:
 
     python benchmarks/terms.py --model RUN --data PREPARED [--split test] [--terms 1 2]
         [--beams 4 8] [--lowercase-tokenized] [--words TOKENIZED_REFERENCES]
+        [--no-repeat-ngram N]
 
 PREPARED holds `{split}.src.txt` and `{split}.tgt.txt` (a `prepare`d folder). Prints a line
 per term count and beam. For raw text of a script without spaces (Japanese as running text),
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--lowercase-tokenized", action="store_true")
     parser.add_argument("--words", type=Path, help="the references tokenized, to draw words from")
+    parser.add_argument("--no-repeat-ngram", type=int, default=0, help="both searches' (0: off)")
     args = parser.parse_args()
     translator = transduce.load(args.model)
     task = scoring(True) if args.lowercase_tokenized else translator.task.config  # the model's
@@ -58,7 +60,8 @@ def main() -> None:
     tokenized = is_tokenized(translator.task.config)
     print(f"{args.model}, {args.split} ({len(sources)} lines)")
     for beam in args.beams:
-        decode = replace(translator.decode, beam_size=beam, terms_beam=beam)  # this beam
+        decode = replace(translator.decode, beam_size=beam, terms_beam=beam,  # this beam
+                         no_repeat_ngram=args.no_repeat_ngram)  # fmt: skip
         began = time.perf_counter()
         own = [hyps[0][0] for hyps in translator.translate(sources, decode)]
         plain_seconds = time.perf_counter() - began

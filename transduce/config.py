@@ -253,6 +253,7 @@ class DecodeConfig:
     # off, the paper's search, whose malformed outputs are repaired afterwards.
     constrained: bool = False
     terms_beam: int = 8  # the least beam for a sentence with terms (decoding/terms.py)
+    no_repeat_ngram: int = 0  # no n-gram of this many tokens twice (decoding/repeats.py); 0: off
 
     def __post_init__(self) -> None:
         check_types(self, "decode")
@@ -262,6 +263,7 @@ class DecodeConfig:
         _require(self.max_len_b > 0, "decode.max_len_b must be positive")
         _require(0 < self.n_best <= self.beam_size, "decode.n_best must be in 1..beam_size")
         _require(self.batch_size > 0, "decode.batch_size must be positive")
+        _require(self.no_repeat_ngram >= 0, "decode.no_repeat_ngram must be >= 0 (0: off)")
 
 
 @dataclass(frozen=True)
@@ -344,9 +346,6 @@ def _section(name: str, values: dict) -> object:
     bad = set(values) - names
     _require(not bad, f"unknown config keys: {sorted(f'{name}.{k}' for k in bad)}")
     return section_cls(**values)
-
-
-# --- overrides -------------------------------------------------------------------------------
 
 
 def override(config: Config, assignments: dict[str, object]) -> Config:

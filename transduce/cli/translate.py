@@ -31,6 +31,12 @@ def _add_translate(verbs) -> None:
     add_model_and_search_arguments(p)
     p.add_argument("--n-best", type=int, help="print the n best as 'line ||| text ||| score'")
     p.add_argument("--max-len-b", type=int, help="output length <= input + this")
+    p.add_argument(
+        "--no-repeat-ngram",
+        type=int,
+        help="no output holds an n-gram of this many subwords twice: a weak model's loops cut "
+        "(3 or 4 usual; 0: off; default: the run's, off)",
+    )
     add_guide_arguments(p)
     p.add_argument(
         "--buffer-size",
@@ -143,6 +149,7 @@ def _translate(args) -> None:
         "n_best": None if sampling else args.n_best,  # samples are counted by `sampling`
         "max_len_b": args.max_len_b,
         "batch_size": args.batch_size,
+        "no_repeat_ngram": args.no_repeat_ngram,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
     groups = _groups(args, guides)

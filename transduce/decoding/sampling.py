@@ -18,9 +18,15 @@ import torch
 from torch import Tensor
 
 from ..models.contract import Seq2Seq
-from .avoid import with_avoided
-from .prefix import Prefix, with_prefixes
-from .search import Hypothesis, check_searchable, length_penalty, max_lengths, next_token_log_probs
+from .prefix import Prefix
+from .search import (
+    Hypothesis,
+    check_searchable,
+    guided,
+    length_penalty,
+    max_lengths,
+    next_token_log_probs,
+)
 from .terms import Terms
 
 
@@ -63,13 +69,14 @@ def sample(
     generator: torch.Generator | None = None,
     prefixes: Sequence[Prefix | Sequence[int]] | None = None,
     avoid: Terms | Sequence[Sequence[int]] | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[list[Hypothesis]]:
     """src (B, S) -> for each sentence its `sampling.samples` samples, best score first (scored
     with the length penalty `alpha`, as beam search's n best are). Each sample is a row of its
     own, the source repeated for it; a row leaves the batch at its EOS. `generator`: the random
     stream to draw from, e.g. one for every batch of a file (default: a new one from the seed).
     `prefixes` (a `Prefix` or token ids per sentence): each sample starts with its sentence's;
-    `avoid`: phrases no sample holds (`decoding/avoid.py`).
+    `avoid` and `no_repeat_ngram` as in search (`search.guided`).
     """
     check_searchable(model, alpha=alpha)
     n, device = sampling.samples, src.device
@@ -78,8 +85,7 @@ def sample(
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
     if prefixes is not None:
         prefixes = [prefix for prefix in prefixes for _ in range(n)]  # as the source's rows
-    constraint, limit = with_prefixes(prefixes, None, limit)
-    constraint = with_avoided(avoid, constraint, src.size(0), eos, device)
+    constraint, _, limit = guided(prefixes, None, avoid, no_repeat_ngram, None, limit, eos)
     cache = model.init_cache(model.encode(src), 1)
     rows = torch.arange(src.size(0), device=device)  # the sample of each live row
     history = torch.full((src.size(0), 1), bos, dtype=torch.long, device=device)

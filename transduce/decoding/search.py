@@ -17,6 +17,7 @@ from ..models.contract import Cache, Seq2Seq
 from .avoid import with_avoided
 from .constraints import Constraint
 from .prefix import Prefix, with_prefixes
+from .repeats import with_no_repeat
 from .terms import TermConstraint, Terms, with_terms
 
 
@@ -93,14 +94,15 @@ def greedy_search(
     constraint: Constraint | None = None,
     prefixes: Sequence[Prefix | Sequence[int]] | None = None,
     avoid: Terms | Sequence[Sequence[int]] | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[list[int]]:
     """The most probable token at each step; src (B, S) -> B token lists without BOS/EOS.
     `constraint` (one row per sentence) rules tokens out, `prefixes` force each output's
-    start, and `avoid` rules phrases out, as in `beam_search`."""
+    start, `avoid` rules phrases out and `no_repeat_ngram` repeated n-grams, as in
+    `beam_search`."""
     check_searchable(model)
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
-    constraint, limit = with_prefixes(prefixes, constraint, limit)
-    constraint = with_avoided(avoid, constraint, src.size(0), eos, src.device)
+    constraint, _, limit = guided(prefixes, None, avoid, no_repeat_ngram, constraint, limit, eos)
     cache = model.init_cache(model.encode(src), 1)
     rows = torch.arange(src.size(0), device=src.device)  # the sentence of each live row
     history = torch.full((src.size(0), 1), bos, dtype=torch.long, device=src.device)
@@ -145,20 +147,20 @@ def beam_search(
     prefixes: Sequence[Prefix | Sequence[int]] | None = None,
     terms: Sequence[Sequence[Sequence[int]]] | None = None,
     avoid: Terms | Sequence[Sequence[int]] | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[list[Hypothesis]]:
     """Batched beam search; src (B, S) -> for each sentence its n_best hypotheses, best first.
 
     Each step ranks the beams' k * V extensions by log-probability (the first step: the V
     extensions of BOS, one row per sentence). An EOS among the k best ends a hypothesis, scored
     with the length penalty; the k best others go on. A sentence stops when it has k ended
-    hypotheses or reaches its length limit, and leaves the batch. `constraint` (a row per
-    sentence to start) masks what it rules out and follows the hypotheses; `prefixes` (ids, a
-    list a sentence) start the outputs (`decoding/prefix.py`), `terms` (phrases, a list a
-    sentence) each appear in them (`decoding/terms.py`), `avoid`'s none (`decoding/avoid.py`)."""
+    hypotheses or reaches its length limit, and leaves the batch. `constraint` (a row a sentence
+    to start) masks what it rules out; `prefixes` ... `no_repeat_ngram` guide (`guided`)."""
     check_searchable(model, beam_size, n_best, alpha)
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
-    constraint, term_state, limit = _guided(prefixes, terms, avoid, constraint, limit, eos)
+    guides = (prefixes, terms, avoid, no_repeat_ngram)
+    constraint, term_state, limit = guided(*guides, constraint, limit, eos)
     cache = model.init_cache(model.encode(src), 1)  # one row a sentence: BOS, then `width`
     sentences = torch.arange(src.size(0), device=device)  # the sentence of each live entry
     scores = torch.zeros(src.size(0), 1, device=device)  # (n, width): k once k can be kept
@@ -190,14 +192,20 @@ def beam_search(
     return _n_best(ended, n_best, term_state)
 
 
-def _guided(prefixes, terms, avoid, constraint: Constraint | None, limit: Tensor, eos: int):
-    """The search's constraint with the prefixes', the terms' and the avoid list's added, the
-    terms' own state (or None), and the length limits raised to fit the prefix, then the terms,
-    and an EOS."""
+def guided(prefixes, terms, avoid, no_repeat_ngram: int, constraint: Constraint | None,
+           limit: Tensor, eos: int):  # fmt: skip
+    """The search's `constraint` with the guides added: `prefixes` (ids, a list a sentence)
+    start the outputs (`decoding/prefix.py`), `terms` (phrases, a list a sentence) each appear
+    in them (`decoding/terms.py`), `avoid`'s phrases none (`decoding/avoid.py`), and none
+    holds an n-gram of `no_repeat_ngram` tokens twice (`decoding/repeats.py`; 0: off); the
+    terms' own state (or None); the length limits (B,) `limit` raised to fit the prefix, then
+    the terms, and an EOS."""
     constraint, limit = with_prefixes(prefixes, constraint, limit)
     floor = getattr(constraint, "most_tokens", None)  # a prefix's most tokens
     constraint, term_state, limit = with_terms(terms, constraint, limit, eos, floor)
-    return with_avoided(avoid, constraint, limit.numel(), eos, limit.device), term_state, limit
+    constraint = with_avoided(avoid, constraint, limit.numel(), eos, limit.device)
+    rows, device = limit.numel(), limit.device
+    return with_no_repeat(no_repeat_ngram, constraint, rows, device, term_state), term_state, limit
 
 
 def _first_live(top: tuple[Tensor, Tensor, Tensor], is_eos: Tensor, k: int):

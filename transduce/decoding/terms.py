@@ -229,12 +229,22 @@ class TermConstraint(PhraseTables):
     def _due(self, log_probs: Tensor) -> tuple[Tensor, Tensor]:
         """(N, C) each phrase's next token for each row, the likeliest that takes it further
         (of a phrase of tokens, its next one), and that token's log P (-inf: met, or none)."""
-        keys = self.keys[self.sentence]  # (N, C, R)
-        further = (self._steps() > self.progress[..., None]) & (keys >= 0)
+        keys, further = self._further()
         key_scores = log_probs.gather(1, keys.clamp(min=0).flatten(1)).view_as(keys)
         best, at = key_scores.masked_fill(~further, float("-inf")).max(dim=2)
-        best = best.masked_fill(self.progress >= self.lengths[self.sentence], float("-inf"))
         return keys.gather(2, at[..., None]).squeeze(2).clamp(min=0), best
+
+    def advancing(self) -> Tensor:
+        """(N, C * R) each row's tokens that take a phrase it has not met further; -1 pads."""
+        keys, further = self._further()
+        return keys.masked_fill(~further, -1).flatten(1)
+
+    def _further(self) -> tuple[Tensor, Tensor]:
+        """(N, C, R) each row's keys of each phrase, and which take an unmet phrase further."""
+        keys = self.keys[self.sentence]
+        further = (self._steps() > self.progress[..., None]) & (keys >= 0)
+        unmet = self.progress < self.lengths[self.sentence]
+        return keys, further & unmet[..., None]
 
     def _in_bank_order(
         self, scores: Tensor, rows: Tensor, tokens: Tensor, width: int

@@ -109,6 +109,7 @@ def _decode_batch(
         "max_len": model.max_positions,  # e.g. learned positions: none may outgrow the table
         "prefixes": prefixes,
         "avoid": avoid,
+        "no_repeat_ngram": decode.no_repeat_ngram,
     }
     if sampling is not None:
         if terms is not None:
@@ -245,6 +246,9 @@ class Translator:
                              "(data from `prepare ptb --no-tags`)")  # fmt: skip
         if decode.constrained and sampling:
             raise ValueError("sampling draws from the model alone: leave out constrained search")
+        if decode.no_repeat_ngram and self.task.config.name != "translation":
+            raise ValueError("no_repeat_ngram is for translation: a parser's trees repeat their "
+                             "brackets")  # fmt: skip
         if terms is not None and sampling:
             raise ValueError("sampling draws from the model alone: terms need beam search")
         sources = self.vocab.encode([line.strip() for line in lines])

@@ -120,11 +120,16 @@ class ModelFacts:
         return [len(ids) + 1 for ids in self.vocab.encode([s.strip() for s in lines])]
 
     def decode_config(
-        self, beam_size: int | None, n_best: int, max_len_b: int | None
+        self,
+        beam_size: int | None,
+        n_best: int,
+        max_len_b: int | None,
+        no_repeat_ngram: int | None = None,
     ) -> DecodeConfig:
         """The run's decoding settings with the request's; BadRequest if they do not fit."""
         # A beam asked for is the beam of sentences with terms too; else theirs is wider.
         given = {"beam_size": beam_size, "terms_beam": beam_size, "max_len_b": max_len_b}
+        given["no_repeat_ngram"] = no_repeat_ngram
         settings = {k: v for k, v in given.items() if v is not None}
         beam = settings.get("beam_size", self.decode.beam_size)
         if n_best > beam:
@@ -217,6 +222,7 @@ class Engine:
                 "max_len_b": translator.decode.max_len_b,
                 "n_best": translator.decode.n_best,
                 "terms_beam": translator.decode.terms_beam,  # a text with terms: this beam
+                "no_repeat_ngram": translator.decode.no_repeat_ngram,  # 0: repeats allowed
             },
         }
         if self.members:  # an ensemble: its models, in the order their settings count

@@ -69,6 +69,12 @@ class TranslateRequest(BaseModel):
     beam_size: StrictInt | None = Field(None, ge=1, description="1 is greedy search")
     n_best: StrictInt = Field(1, ge=1, description="hypotheses per sentence, at most beam_size")
     max_len_b: StrictInt | None = Field(None, ge=1, description="output <= input + max_len_b")
+    no_repeat_ngram: StrictInt | None = Field(
+        None,
+        ge=0,
+        description="no translation holds an n-gram of this many subwords twice: a weak "
+        "model's loops cut (3 or 4 usual; 0: repeats allowed)",
+    )
     alignments: StrictBool = Field(False, description="Pharaoh word alignments of each output")
     prefix: Prefix | None = Field(
         None,
