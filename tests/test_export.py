@@ -74,9 +74,17 @@ def test_hugging_face_model_computes_our_function_and_greedy_translations(run_di
         generated = theirs.generate(
             input_ids=src, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=20
         )
-    hf_tokens = [[t for t in row.tolist()[1:] if t not in (0, 3)] for row in generated]
-    v = ours.vocab
-    assert hf_tokens == greedy_search(ours.model, src, bos=v.bos, eos=v.eos, pad=v.pad)
+        hf_tokens = [[t for t in row.tolist()[1:] if t not in (0, 3)] for row in generated]
+        v = ours.vocab
+        assert hf_tokens == greedy_search(ours.model, src, bos=v.bos, eos=v.eos, pad=v.pad)
+        # No piece twice (a word's "▁" would be one): as Hugging Face rules repeats out.
+        unrepeated = greedy_search(ours.model, src, bos=v.bos, eos=v.eos, pad=v.pad,
+                                   no_repeat_ngram=1)  # fmt: skip
+        assert unrepeated != hf_tokens
+        generated = theirs.generate(input_ids=src, attention_mask=mask, num_beams=1,
+                                    do_sample=False, max_new_tokens=20,
+                                    no_repeat_ngram_size=1)  # fmt: skip
+        assert [[t for t in row.tolist()[1:] if t not in (0, 3)] for row in generated] == unrepeated
 
 
 @pytest.mark.slow
@@ -86,17 +94,22 @@ def test_ctranslate2_reproduces_our_beam_search(run_dir, tmp_path):
     expected = [h[0][0] for h in ours.translate(LINES, DecodeConfig(beam_size=4, alpha=0.0))]
     pieces = [[*ours.vocab.pieces(ids), "</s>"] for ids in ours.vocab.encode(LINES)]
 
-    def translated(folder, compute_type="default"):
+    def translated(folder, compute_type="default", beam=4, no_repeat_ngram=0):
         translator = ctranslate2.Translator(
             str(folder), device="cpu", intra_threads=1, compute_type=compute_type
         )
-        results = translator.translate_batch(pieces, beam_size=4, length_penalty=0.0)
+        results = translator.translate_batch(pieces, beam_size=beam, length_penalty=0.0,
+                                             no_repeat_ngram_size=no_repeat_ngram)  # fmt: skip
         return ours.vocab.decode([ours.vocab.piece_ids(r.hypotheses[0]) for r in results])
 
     loaders = dict(ctranslate2.converters.transformers._MODEL_LOADERS)
     float32 = export_ctranslate2(run_dir, tmp_path / "ct2")
     assert loaders == ctranslate2.converters.transformers._MODEL_LOADERS  # ours for one conversion
     assert translated(float32) == expected
+    # No piece twice, as CTranslate2 rules repeats out (greedy: its beam prunes otherwise).
+    unrepeated = DecodeConfig(beam_size=1, alpha=0.0, no_repeat_ngram=1)
+    unrepeated = [h[0][0] for h in ours.translate(LINES, unrepeated)]
+    assert unrepeated != expected and translated(float32, "default", 1, 1) == unrepeated
     assert (float32 / "vocab.model").read_bytes() == ours.vocab.serialized  # the tokenizer
     int8 = export_ctranslate2(run_dir, tmp_path / "ct2-int8", quantize="int8")
     size = lambda folder: (folder / "model.bin").stat().st_size  # noqa: E731
