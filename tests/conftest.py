@@ -35,6 +35,22 @@ class SpecialIds:
     pad, bos, eos, unk = PAD, BOS, EOS, UNK
 
 
+class BarePieces:
+    """A vocabulary of bare pieces (the four specials first), enough for `spelling`."""
+
+    pad, unk, bos, eos = 0, 1, 2, 3
+
+    def __init__(self, pieces: list[str]):
+        self.all = ["<pad>", "<unk>", "<s>", "</s>", *pieces]
+        self.size = len(self.all)
+
+    def pieces(self, ids):
+        return [self.all[i] for i in ids]
+
+    def text(self, ids) -> str:
+        return "".join(self.pieces(ids))
+
+
 def tiny_model_config(**changes) -> TransformerConfig:
     fields = dict(n_layers=2, d_model=16, d_ff=32, h=2, d_k=8, d_v=8, dropout=0.0, vocab_size=12)
     fields.update(changes)

@@ -17,7 +17,8 @@ from transduce.decoding.forced import score_ids
 from transduce.decoding.repeats import NoRepeat
 from transduce.decoding.sampling import Sampling, sample
 from transduce.decoding.search import beam_search, greedy_search, length_penalty
-from transduce.decoding.terms import contains
+from transduce.decoding.spelling import spelling
+from transduce.decoding.terms import TermConstraint, Terms, contains
 from transduce.decoding.translate import Translator
 
 from .conftest import (
@@ -25,6 +26,7 @@ from .conftest import (
     PAD,
     SENTENCES,
     SPECIALS,
+    BarePieces,
     SpecialIds,
     padded_sources,
     save_toy_model,
@@ -146,6 +148,23 @@ def test_a_term_that_repeats_itself_and_a_prefix_that_does_are_written():
         for tokens in (out for outputs in _outputs(kind, model, src, no_repeat_ngram=2,
                        prefixes=[[6, 6, 6]] * 4) for out in outputs):  # fmt: skip
             assert tokens[:3] == [6, 6, 6] and not repeated(tokens[1:], 2), tokens
+
+
+def test_only_a_term_not_yet_met_lets_its_tokens_through():
+    """ "犬" spelled: before it is met, "犬" and "犬が" take it further; once met, nothing does
+    ("犬が" would meet it again inside a piece), and the rule bans a second "犬" again."""
+    vocab = BarePieces(["犬", "犬が", "が"])
+    terms = Terms(((4,),), (False,), None, (spelling(vocab, "犬", False),))
+    state = TermConstraint([terms], EOS, CPU)
+    assert sorted(set(state.advancing().flatten().tolist()) - {-1}) == [4, 5]
+    rule = NoRepeat(1, 1, CPU, state)
+    for piece in (4, 6):
+        state.advance(torch.tensor([piece]))
+        rule.advance(torch.tensor([piece]))
+    assert (state.advancing() == -1).all()
+    log_probs = torch.zeros(1, vocab.size)
+    rule.restrict(log_probs, torch.tensor([5]))
+    assert (log_probs[0] == float("-inf")).nonzero().flatten().tolist() == [4, 6]
 
 
 def test_a_batch_decodes_as_each_sentence_alone_without_repeats():

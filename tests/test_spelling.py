@@ -15,25 +15,9 @@ from transduce.decoding.search import beam_search, length_penalty
 from transduce.decoding.spelling import spelling
 from transduce.decoding.terms import Terms, contains
 
-from .conftest import EOS, SPECIALS, SpecialIds, tiny_model
+from .conftest import EOS, SPECIALS, BarePieces, SpecialIds, tiny_model
 
 CPU = torch.device("cpu")
-
-
-class _Pieces:
-    """A vocabulary of bare pieces (the four specials first), enough for `spelling`."""
-
-    pad, unk, bos, eos = 0, 1, 2, 3
-
-    def __init__(self, pieces: list[str]):
-        self.all = ["<pad>", "<unk>", "<s>", "</s>", *pieces]
-        self.size = len(self.all)
-
-    def pieces(self, ids):
-        return [self.all[i] for i in ids]
-
-    def text(self, ids) -> str:
-        return "".join(self.pieces(ids))
 
 
 def _brute_progress(text: str, written: str) -> int:
@@ -60,7 +44,7 @@ def test_progress_is_the_longest_start_of_the_term_that_ends_the_text():
     rng = random.Random(0)
     alphabet = "abc"
     pieces = sorted({"".join(p) for n in (1, 2, 3) for p in itertools.product(alphabet, repeat=n)})
-    vocab = _Pieces(pieces)
+    vocab = BarePieces(pieces)
     for _ in range(300):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 5)))
         spelled = spelling(vocab, text, False)
@@ -82,7 +66,7 @@ def test_progress_is_the_longest_start_of_the_term_that_ends_the_text():
 def test_a_whole_term_glued_onto_inside_a_piece_or_by_the_next_is_not_held():
     """ "犬a" ends in a letter of a spaced script: "犬ab" is no term "犬a", neither in one piece
     nor as "犬a" + "b"; "犬a" + "。" and "犬a。" are."""
-    vocab = _Pieces(["犬a", "b", "。", "犬ab", "犬a。", "犬"])
+    vocab = BarePieces(["犬a", "b", "。", "犬ab", "犬a。", "犬"])
     ids = {piece: i for i, piece in enumerate(vocab.all)}
     spelled = spelling(vocab, "犬a", True)
     glued = {ids["b"]}
@@ -98,7 +82,7 @@ def test_a_wide_beam_finds_the_exhaustive_best_output_spelling_the_term():
     others, with no term missing, scored as teacher forcing scores it; the best is the
     exhaustive best, whichever spelling it takes. Forced as one spelling, the term misses
     outputs."""
-    vocab = _Pieces(["犬", "小", "屋", "犬小", "小屋", "は"])
+    vocab = BarePieces(["犬", "小", "屋", "犬小", "小屋", "は"])
     model, source = tiny_model(5, vocab_size=vocab.size), [4, 5, 9]
     writable = [1, *range(4, vocab.size)]  # <unk> too: the search may write it
     outputs = [list(t) for n in range(5) for t in itertools.product(writable, repeat=n)]
@@ -161,7 +145,7 @@ def test_a_narrow_beam_still_places_a_term_the_model_would_not_write(beam):
     """Each step offers, for a term not yet met, the likeliest piece that takes it further: with
     one or two hypotheses and the shortest length limit that fits the term, the best output
     holds it, however unlikely the model finds it."""
-    vocab = _Pieces(["犬", "小", "屋", "犬小", "小屋", "は"])
+    vocab = BarePieces(["犬", "小", "屋", "犬小", "小屋", "は"])
     for seed, text in itertools.product(range(3), ["小屋は", "屋犬", "は犬小"]):
         model = tiny_model(seed, vocab_size=vocab.size)
         terms = Terms(((4,),), (False,), None, (spelling(vocab, text, False),))
@@ -171,7 +155,7 @@ def test_a_narrow_beam_still_places_a_term_the_model_would_not_write(beam):
         assert text in vocab.text(found.tokens) and found.missing == 0, (seed, text)
 
 
-def _every_output(vocab: _Pieces, terms: Terms, seed: int, pattern: str):
+def _every_output(vocab: BarePieces, terms: Terms, seed: int, pattern: str):
     """A beam that keeps everything over outputs of at most three pieces: its n best, those of
     them holding the terms by the search's own count, and every output whose text `pattern`
     finds."""
@@ -192,7 +176,7 @@ def test_a_whole_term_met_inside_a_piece_stays_met_whatever_follows():
     "犬a。" + "b" holds it, met inside a piece: every output holding it is found, the latter
     too, and none other counts as holding it."""
 
-    vocab = _Pieces(["犬a。", "b", "犬", "a", "。"])
+    vocab = BarePieces(["犬a。", "b", "犬", "a", "。"])
     glue = torch.tensor([p in ("a", "b") for p in vocab.all])
     terms = Terms(((6, 7),), (True,), glue, (spelling(vocab, "犬a", True),))
     found, met, holding = _every_output(vocab, terms, 2, "犬a(?![ab])")
@@ -209,7 +193,7 @@ def test_an_avoided_phrase_is_ruled_out_in_any_pieces_that_would_spell_it():
 
     rng = random.Random(2)
     pieces = sorted({"".join(p) for n in (1, 2, 3) for p in itertools.product("abc", repeat=n)})
-    vocab = _Pieces(pieces)
+    vocab = BarePieces(pieces)
     for _ in range(60):
         texts = ["".join(rng.choice("abc") for _ in range(rng.randint(2, 4))) for _ in range(2)]
         spellings = tuple(spelling(vocab, text, False) for text in texts)
@@ -232,7 +216,7 @@ def test_an_avoided_phrase_is_ruled_out_in_any_pieces_that_would_spell_it():
     assert cornered[0, vocab.all.index(texts[0])] == -1.0
     # Given way to inside a piece ("犬猫犬" in "犬猫犬猫"), the phrase goes on from the piece's end:
     # "犬" would complete it again.
-    japanese = _Pieces(["犬猫犬猫", "犬", "猫"])
+    japanese = BarePieces(["犬猫犬猫", "犬", "猫"])
     state = AvoidConstraint(Terms(((5,),), (False,), None, (spelling(japanese, "犬猫犬", False),)),
                             1, EOS, CPU)  # fmt: skip
     state.advance(torch.tensor([4]))
@@ -245,7 +229,7 @@ def test_a_wide_beam_finds_the_exhaustive_best_output_without_the_spelled_phrase
     """ "小屋" avoided by its characters: the n best of a beam that keeps everything are exactly
     the outputs whose text lacks it ("小" + "屋", "小屋" and "犬" + "小屋" alike), the best the
     exhaustive best; as the pieces of its encoding alone (before), "小" + "屋" got through."""
-    vocab = _Pieces(["犬", "小", "屋", "犬小", "小屋", "は"])
+    vocab = BarePieces(["犬", "小", "屋", "犬小", "小屋", "は"])
     model, source = tiny_model(5, vocab_size=vocab.size), [4, 5, 9]
     writable = [1, *range(4, vocab.size)]
     outputs = [list(t) for n in range(4) for t in itertools.product(writable, repeat=n)]
@@ -352,7 +336,7 @@ def test_a_glue_piece_that_meets_a_whole_term_again_may_be_glued_onto_again():
     where the next glue piece undoes it again: the search and `missing` agree it is not held."""
     from transduce.decoding.terms import TermConstraint
 
-    vocab = _Pieces(["犬b", "a犬b", "a"])
+    vocab = BarePieces(["犬b", "a犬b", "a"])
     glue = torch.tensor([piece[:1] == "a" for piece in vocab.all])
     terms = Terms(((4,),), (True,), glue, (spelling(vocab, "犬b", True),))
     state, tokens = TermConstraint([terms], EOS, CPU), [4, 5, 6]
@@ -370,7 +354,7 @@ def test_a_term_starting_a_spaced_word_does_not_start_after_a_letter_of_one():
     rng = random.Random(4)
     alphabet = "ab犬"
     pieces = sorted({"".join(p) for n in (1, 2, 3) for p in itertools.product(alphabet, repeat=n)})
-    vocab = _Pieces(pieces)
+    vocab = BarePieces(pieces)
     for _ in range(300):
         text = rng.choice("ab") + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 3)))
         spelled = spelling(vocab, text, False, True)
@@ -388,7 +372,7 @@ def test_a_wide_beam_finds_every_output_holding_a_term_that_starts_a_spaced_word
     "犬a犬" it is: the n best of a beam that keeps everything are exactly the outputs holding it
     so, first, with no term missing."""
 
-    vocab = _Pieces(["a犬", "ba", "a", "犬", "b"])
+    vocab = BarePieces(["a犬", "ba", "a", "犬", "b"])
     word_ends = torch.tensor([piece[-1:] in ("a", "b") for piece in vocab.all])
     terms = Terms(((4,),), (False,), None, (spelling(vocab, "a犬", False, True),), word_ends)
     found, met, holding = _every_output(vocab, terms, 3, "(?<![ab])a犬")
