@@ -227,7 +227,14 @@ def test_the_models_description_is_the_served_models_own(tmp_path):
         "parameters": count_parameters(translator.model),
         "max_positions": translator.model.config.max_positions,
         "device": "cpu:0",
-        "decode": {"beam_size": 3, "alpha": 0.8, "max_len_b": 7, "n_best": 2, "terms_beam": 8},
+        "decode": {
+            "beam_size": 3,
+            "alpha": 0.8,
+            "max_len_b": 7,
+            "n_best": 2,
+            "terms_beam": 8,
+            "no_repeat_ngram": 0,
+        },
         "attention": True,
     }
     assert described["parameters"] > 0

@@ -13,6 +13,7 @@ pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]
 from transduce.serve.server import Background
 from transduce.serve.settings import ServeSettings
 
+from .conftest import save_toy_model
 from .serving import DECODE, toy_engine
 
 SENTENCE = "the children playing outside"
@@ -120,6 +121,37 @@ def test_the_page_completes_a_typed_start_of_the_translation(browser, tmp_path):
         page.fill("#text", SENTENCE + "\nthe dog runs")
         page.click("#go")
         page.wait_for_selector("#status.error >> text=one sentence")
+    assert errors == []
+
+
+def test_the_page_cuts_a_weak_model_s_loops(browser, tmp_path):
+    """The box "no repeats" checked: the translation shown is `Translator.translate`'s without a
+    repeated 4-gram, its attention drawn is its own; unchecked, the model's own loop again."""
+    from transduce.serve.engine import Engine
+
+    engine = Engine.load(save_toy_model(tmp_path, replace(DECODE, max_len_b=12)))
+    own = engine.translator.translate([SENTENCE])[0][0][0]
+    rule = replace(engine.translator.decode, no_repeat_ngram=4)
+    cut = engine.translator.translate([SENTENCE], rule)[0][0][0]
+    assert cut != own
+    with Background(engine, ServeSettings(port=0)) as url:
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(url + "/")
+        assert not page.is_checked("#no-repeats")  # the run's own: off
+        page.fill("#text", SENTENCE)
+        page.check("#no-repeats")
+        page.click("#go")
+        page.wait_for_selector("#attention:not([hidden])")
+        assert page.inner_text("#translations li .output") == cut
+        assert page.inner_text("#target") == cut
+        assert "no 4-gram twice" in page.inner_text("#status")
+        page.screenshot(path=str(tmp_path / "no-repeats.png"), full_page=True)
+        page.uncheck("#no-repeats")
+        page.click("#go")
+        page.wait_for_selector(f"#translations li .output >> text='{own}'")
+        page.wait_for_selector(f"#target >> text='{own}'")
     assert errors == []
 
 

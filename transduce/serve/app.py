@@ -56,7 +56,7 @@ def create_app(
     batcher = Batcher(settings, metrics, abandon=getattr(engine, "abandon", None))
     facts = engine.facts
     page = render_index(facts.name, facts.decode.beam_size, settings.max_beam, facts.no_attention,
-                        facts.decode.terms_beam)  # fmt: skip
+                        facts.decode.terms_beam, facts.decode.no_repeat_ngram)  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

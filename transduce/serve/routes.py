@@ -95,7 +95,8 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     lines = body.lines
     if len(lines) > server.settings.max_sentences:
         raise HTTPException(413, f"{len(lines)} sentences; at most {server.settings.max_sentences}")
-    decode = _decode_settings(server, body)
+    decode = _decode_settings(server, body.beam_size, body.n_best, body.max_len_b,
+                              body.no_repeat_ngram)  # fmt: skip
     sampling = _sampling(server, body.sampling)
     tokens = _checked_lengths(server, lines)
     if body.alignments:  # refused here, before it is batched with requests that can be served
@@ -185,13 +186,14 @@ def _checked(call, *args):
         raise HTTPException(422, str(error)) from error
 
 
-def _decode_settings(server, body: TranslateRequest):
-    settings, beam_size, max_len_b = server.settings, body.beam_size, body.max_len_b
+def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int | None,
+                     no_repeat_ngram: int | None = None):  # fmt: skip
+    settings = server.settings
     if beam_size is not None and beam_size > settings.max_beam:
         raise HTTPException(422, f"beam_size={beam_size} exceeds the limit {settings.max_beam}")
     if max_len_b is not None and max_len_b > settings.max_len_b:
         raise HTTPException(422, f"max_len_b={max_len_b} exceeds the limit {settings.max_len_b}")
-    given = (beam_size, body.n_best, max_len_b, body.no_repeat_ngram)
+    given = (beam_size, n_best, max_len_b, no_repeat_ngram)
     decode = _checked(server.facts.decode_config, *given)
     return replace(decode, terms_beam=min(decode.terms_beam, settings.max_beam))
 
