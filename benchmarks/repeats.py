@@ -9,7 +9,10 @@ For each N of --sizes (0: the paper's search, nothing ruled out), over a `prepar
   decoding time.
 
     python benchmarks/repeats.py --model RUN --data PREPARED [--split test] [--sizes 0 2 3 4]
-        [--beam 4] [--loop 4]
+        [--beam 4] [--loop 4] [--no-unk]
+
+`--no-unk`: every run with the unknown token ruled out too (`translate --no-unk`); each line
+counts the outputs holding it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[0, 2, 3, 4])
     parser.add_argument("--beam", type=int, help="default: the run's")
     parser.add_argument("--loop", type=int, default=4, help="a repeat of this many subwords")
+    parser.add_argument("--no-unk", action="store_true", help="the unknown token ruled out")
     args = parser.parse_args()
     translator = transduce.load(args.model)
     stem = args.data / args.split
@@ -39,15 +43,17 @@ def main() -> None:
     print(f"{args.model}, {args.split} ({len(sources)} lines), beam {beam}")
     translator.translate(sources[:64])  # warm: the first call packs the weights for oneDNN
     for size in args.sizes:
-        decode = replace(translator.decode, beam_size=beam, no_repeat_ngram=size)
+        decode = replace(translator.decode, beam_size=beam, no_repeat_ngram=size,
+                         no_unk=args.no_unk)  # fmt: skip
         began = time.perf_counter()
         found = translator.hypotheses(sources, decode)
         seconds = time.perf_counter() - began
         outputs = [hyps[0][0] for hyps in found]
         loops = sum(repeats(hyps[0][1].tokens, args.loop) for hyps in found)
+        unknown = sum(translator.vocab.unk in hyps[0][1].tokens for hyps in found)
         score = transduce.score(outputs, references, translator.task.config)
         print(f"no_repeat_ngram {size}: {loops}/{len(found)} outputs hold a {args.loop}-gram "
-              f"twice; {score.detail}; {seconds:.1f} s")  # fmt: skip
+              f"twice, {unknown} the unknown token; {score.detail}; {seconds:.1f} s")  # fmt: skip
 
 
 def repeats(tokens: list[int], n: int) -> bool:

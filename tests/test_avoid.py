@@ -19,6 +19,7 @@ from transduce.decoding.sampling import Sampling, sample
 from transduce.decoding.search import beam_search, greedy_search, length_penalty
 from transduce.decoding.terms import Terms, contains
 from transduce.decoding.translate import Translator
+from transduce.training.checkpoint import load, save
 
 from .conftest import (
     EOS,
@@ -227,3 +228,41 @@ def test_the_command_line_finds_a_term_that_holds_an_avoided_word_before_writing
     with pytest.raises(SystemExit, match="glossary entry 2: the term 'the grass' holds the"):
         main([*base, "--glossary", str(glossary)])
     assert not out.exists()
+
+
+def test_no_unk_rules_the_unknown_token_out_in_python_the_command_line_and_the_server(tmp_path):
+    """A model made to like the unknown token (its embedding, shared with the output layer, a
+    multiple of a token it writes): it writes " ⁇ " until `no_unk` rules it out, with an avoid
+    list or without; the command line's `--no-unk` and the server's `no_unk` too."""
+    model = save_toy_model(tmp_path)
+    translator = Translator.load(model)
+    with torch.no_grad():
+        weights = translator.model.src_embed.tokens.weight
+        weights[translator.vocab.unk] = 1.5 * weights[18]
+    save({**load(model), "model": translator.model.state_dict()}, model)
+    translator = Translator.load(model)
+    lines, unk = ["the dog runs", "green grass"], translator.vocab.unk
+    ruled = replace(translator.decode, no_unk=True)
+    assert any(unk in hyps[0][1].tokens for hyps in translator.hypotheses(lines))
+    for avoid in (None, ["grass"]):
+        found = translator.hypotheses(lines, ruled, avoid=avoid)
+        assert not any(unk in hyps[0][1].tokens for hyps in found)
+    want = [hyps[0][0] for hyps in translator.translate(lines, ruled)]
+    assert "⁇" in translator.translate(lines)[0][0][0] and not any("⁇" in t for t in want)
+    source, out = write_lines(tmp_path / "in.txt", lines), tmp_path / "out.txt"
+    main(["translate", "--model", str(model), "--input", str(source), "--no-unk",
+          "--output", str(out)])  # fmt: skip
+    assert out.read_text(encoding="utf-8").splitlines() == want
+    httpx = pytest.importorskip("httpx", reason="the dev extra")
+    pytest.importorskip("fastapi", reason="the serve extra")
+    from transduce.serve.engine import Engine
+    from transduce.serve.server import Background
+    from transduce.serve.settings import ServeSettings
+
+    with Background(Engine.load(model), ServeSettings(port=0)) as url, httpx.Client() as client:
+        answer = client.post(url + "/v1/translate", json={"texts": lines, "no_unk": True})
+        assert [t["text"] for t in answer.json()["translations"]] == want
+        answer = client.post(url + "/v1/translate", json={"texts": lines})
+        assert "⁇" in answer.json()["translations"][0]["text"]
+        refused = client.post(url + "/v1/translate", json={"text": "x", "no_unk": 1})
+        assert refused.status_code == 422

@@ -234,6 +234,7 @@ def test_the_models_description_is_the_served_models_own(tmp_path):
             "n_best": 2,
             "terms_beam": 8,
             "no_repeat_ngram": 0,
+            "no_unk": False,
         },
         "attention": True,
     }

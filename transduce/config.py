@@ -254,6 +254,7 @@ class DecodeConfig:
     constrained: bool = False
     terms_beam: int = 8  # the least beam for a sentence with terms (decoding/terms.py)
     no_repeat_ngram: int = 0  # no n-gram of this many tokens twice (decoding/repeats.py); 0: off
+    no_unk: bool = False  # never the unknown token (" ⁇ ": a character the vocabulary lacks)
 
     def __post_init__(self) -> None:
         check_types(self, "decode")

@@ -31,12 +31,7 @@ def _add_translate(verbs) -> None:
     add_model_and_search_arguments(p)
     p.add_argument("--n-best", type=int, help="print the n best as 'line ||| text ||| score'")
     p.add_argument("--max-len-b", type=int, help="output length <= input + this")
-    p.add_argument(
-        "--no-repeat-ngram",
-        type=int,
-        help="no output holds an n-gram of this many subwords twice: a weak model's loops cut "
-        "(3 or 4 usual; 0: off; default: the run's, off)",
-    )
+    _add_output_rules(p)
     add_guide_arguments(p)
     p.add_argument(
         "--buffer-size",
@@ -77,6 +72,23 @@ def _add_translate(verbs) -> None:
         "--alignments-out", type=Path, help="write the Pharaoh links here, one line per input line"
     )
     p.set_defaults(run=_translate)
+
+
+def _add_output_rules(p) -> None:
+    """What no output may hold, for a model that writes it: loops, the unknown token."""
+    p.add_argument(
+        "--no-repeat-ngram",
+        type=int,
+        help="no output holds an n-gram of this many subwords twice: a weak model's loops cut "
+        "(3 or 4 usual; 0: off; default: the run's, off)",
+    )
+    p.add_argument(
+        "--no-unk",
+        action="store_true",
+        default=None,
+        help="never write the unknown token (' ⁇ ', where the vocabulary lacks a character): "
+        "the likeliest other instead (default: the run's, allowed)",
+    )
 
 
 def _add_sampling_arguments(p) -> None:
@@ -150,6 +162,7 @@ def _translate(args) -> None:
         "max_len_b": args.max_len_b,
         "batch_size": args.batch_size,
         "no_repeat_ngram": args.no_repeat_ngram,
+        "no_unk": args.no_unk,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
     groups = _groups(args, guides)

@@ -73,6 +73,13 @@ def check_terms(avoided: Terms, terms: Sequence[Terms], vocab: Vocab) -> None:
                                      f"{avoided_text!r}")  # fmt: skip
 
 
+def with_unknown_avoided(avoided: Terms | None, unk: int) -> Terms:
+    """The avoid list with the unknown token added (`decode.no_unk`): no output writes " ⁇ "
+    where the model's vocabulary lacks a character; it writes what it finds likeliest else."""
+    unknown = Terms(((unk,),), (False,))
+    return _all_in_one([avoided, unknown]) if avoided else unknown
+
+
 def _all_in_one(each: list[Terms]) -> Terms:
     """One Terms of every phrase."""
     return Terms(tuple(p for t in each for p in t.phrases), tuple(w for t in each for w in t.whole),

@@ -23,7 +23,7 @@ from ..models.saved import load_model, model_paths
 from ..runtime import pick_device
 from ..tasks import get_task
 from ..tasks.translation import is_tokenized
-from .avoid import check_terms, parse_avoided
+from .avoid import check_terms, parse_avoided, with_unknown_avoided
 from .constraints import TreeConstraint
 from .forced import TargetScore, score_ids
 from .glossary import Glossary
@@ -108,7 +108,7 @@ def _decode_batch(
         "max_len_b": decode.max_len_b,
         "max_len": model.max_positions,  # e.g. learned positions: none may outgrow the table
         "prefixes": prefixes,
-        "avoid": avoid,
+        "avoid": with_unknown_avoided(avoid, vocab.unk) if decode.no_unk else avoid,
         "no_repeat_ngram": decode.no_repeat_ngram,
     }
     if sampling is not None:

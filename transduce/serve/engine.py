@@ -125,11 +125,12 @@ class ModelFacts:
         n_best: int,
         max_len_b: int | None,
         no_repeat_ngram: int | None = None,
+        no_unk: bool | None = None,
     ) -> DecodeConfig:
         """The run's decoding settings with the request's; BadRequest if they do not fit."""
         # A beam asked for is the beam of sentences with terms too; else theirs is wider.
         given = {"beam_size": beam_size, "terms_beam": beam_size, "max_len_b": max_len_b}
-        given["no_repeat_ngram"] = no_repeat_ngram
+        given["no_repeat_ngram"], given["no_unk"] = no_repeat_ngram, no_unk
         settings = {k: v for k, v in given.items() if v is not None}
         beam = settings.get("beam_size", self.decode.beam_size)
         if n_best > beam:
@@ -223,6 +224,7 @@ class Engine:
                 "n_best": translator.decode.n_best,
                 "terms_beam": translator.decode.terms_beam,  # a text with terms: this beam
                 "no_repeat_ngram": translator.decode.no_repeat_ngram,  # 0: repeats allowed
+                "no_unk": translator.decode.no_unk,  # True: never the unknown token
             },
         }
         if self.members:  # an ensemble: its models, in the order their settings count

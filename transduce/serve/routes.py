@@ -96,7 +96,7 @@ async def translate(body: TranslateRequest, request: Request) -> TranslateRespon
     if len(lines) > server.settings.max_sentences:
         raise HTTPException(413, f"{len(lines)} sentences; at most {server.settings.max_sentences}")
     decode = _decode_settings(server, body.beam_size, body.n_best, body.max_len_b,
-                              body.no_repeat_ngram)  # fmt: skip
+                              body.no_repeat_ngram, body.no_unk)  # fmt: skip
     sampling = _sampling(server, body.sampling)
     tokens = _checked_lengths(server, lines)
     if body.alignments:  # refused here, before it is batched with requests that can be served
@@ -187,13 +187,13 @@ def _checked(call, *args):
 
 
 def _decode_settings(server, beam_size: int | None, n_best: int, max_len_b: int | None,
-                     no_repeat_ngram: int | None = None):  # fmt: skip
+                     no_repeat_ngram: int | None = None, no_unk: bool | None = None):  # fmt: skip
     settings = server.settings
     if beam_size is not None and beam_size > settings.max_beam:
         raise HTTPException(422, f"beam_size={beam_size} exceeds the limit {settings.max_beam}")
     if max_len_b is not None and max_len_b > settings.max_len_b:
         raise HTTPException(422, f"max_len_b={max_len_b} exceeds the limit {settings.max_len_b}")
-    given = (beam_size, n_best, max_len_b, no_repeat_ngram)
+    given = (beam_size, n_best, max_len_b, no_repeat_ngram, no_unk)
     decode = _checked(server.facts.decode_config, *given)
     return replace(decode, terms_beam=min(decode.terms_beam, settings.max_beam))
 

@@ -75,6 +75,9 @@ class TranslateRequest(BaseModel):
         description="no translation holds an n-gram of this many subwords twice: a weak "
         "model's loops cut (3 or 4 usual; 0: repeats allowed)",
     )
+    no_unk: StrictBool | None = Field(
+        None, description="never the unknown token ' ⁇ ' (where the vocabulary lacks a character)"
+    )
     alignments: StrictBool = Field(False, description="Pharaoh word alignments of each output")
     prefix: Prefix | None = Field(
         None,
