@@ -13,7 +13,7 @@ import torch
 
 from transduce.cli import main
 from transduce.config import TaskConfig
-from transduce.decoding.avoid import MAX_AVOIDED, AvoidConstraint
+from transduce.decoding.avoid import MAX_AVOIDED, AvoidConstraint, with_unknown_avoided
 from transduce.decoding.forced import score_ids
 from transduce.decoding.sampling import Sampling, sample
 from transduce.decoding.search import beam_search, greedy_search, length_penalty
@@ -248,6 +248,8 @@ def test_no_unk_rules_the_unknown_token_out_in_python_the_command_line_and_the_s
         found = translator.hypotheses(lines, ruled, avoid=avoid)
         assert not any(unk in hyps[0][1].tokens for hyps in found)
     want = [hyps[0][0] for hyps in translator.translate(lines, ruled)]
+    both = with_unknown_avoided(Terms(((5, 6),), (False,)), unk)  # the list kept, the token added
+    assert both.phrases == ((5, 6), (unk,)) and both.spelled == (None, None)
     assert "⁇" in translator.translate(lines)[0][0][0] and not any("⁇" in t for t in want)
     source, out = write_lines(tmp_path / "in.txt", lines), tmp_path / "out.txt"
     main(["translate", "--model", str(model), "--input", str(source), "--no-unk",
