@@ -5,6 +5,7 @@ beam finds the best output without it."""
 from __future__ import annotations
 
 import itertools
+import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from transduce.cli import main
-from transduce.config import TaskConfig
+from transduce.config import Config, TaskConfig
 from transduce.decoding.avoid import MAX_AVOIDED, AvoidConstraint, with_unknown_avoided
 from transduce.decoding.forced import score_ids
 from transduce.decoding.sampling import Sampling, sample
@@ -255,6 +256,16 @@ def test_no_unk_rules_the_unknown_token_out_in_python_the_command_line_and_the_s
     main(["translate", "--model", str(model), "--input", str(source), "--no-unk",
           "--output", str(out)])  # fmt: skip
     assert out.read_text(encoding="utf-8").splitlines() == want
+    # A run that rules it out: its own by default, and --allow-unk lets it back.
+    state = load(model)
+    config = Config.from_dict(json.loads(state["config"]))
+    ruled = tmp_path / "ruled.pt"
+    save({**state, "config": replace(config, decode=replace(config.decode, no_unk=True)).to_json()},
+         ruled)  # fmt: skip
+    assert [hyps[0][0] for hyps in Translator.load(ruled).translate(lines)] == want
+    main(["translate", "--model", str(ruled), "--input", str(source), "--allow-unk",
+          "--output", str(out)])  # fmt: skip
+    assert "⁇" in out.read_text(encoding="utf-8")
     httpx = pytest.importorskip("httpx", reason="the dev extra")
     pytest.importorskip("fastapi", reason="the serve extra")
     from transduce.serve.engine import Engine

@@ -77,14 +77,18 @@ def test_hugging_face_model_computes_our_function_and_greedy_translations(run_di
         hf_tokens = [[t for t in row.tolist()[1:] if t not in (0, 3)] for row in generated]
         v = ours.vocab
         assert hf_tokens == greedy_search(ours.model, src, bos=v.bos, eos=v.eos, pad=v.pad)
-        # No piece twice (a word's "▁" would be one): as Hugging Face rules repeats out.
-        unrepeated = greedy_search(ours.model, src, bos=v.bos, eos=v.eos, pad=v.pad,
-                                   no_repeat_ngram=1)  # fmt: skip
-        assert unrepeated != hf_tokens
-        generated = theirs.generate(input_ids=src, attention_mask=mask, num_beams=1,
-                                    do_sample=False, max_new_tokens=20,
-                                    no_repeat_ngram_size=1)  # fmt: skip
-        assert [[t for t in row.tolist()[1:] if t not in (0, 3)] for row in generated] == unrepeated
+        # No n pieces twice (n = 1: no piece, a word's "▁" one), as Hugging Face rules them out.
+        for n in (1, 2, 3):
+            unrepeated = greedy_search(ours.model, src, bos=v.bos, eos=v.eos, pad=v.pad,
+                                       no_repeat_ngram=n)  # fmt: skip
+            assert n > 1 or unrepeated != hf_tokens  # the rule has work to do
+            generated = theirs.generate(input_ids=src, attention_mask=mask, num_beams=1,
+                                        do_sample=False, max_new_tokens=20,
+                                        no_repeat_ngram_size=n)  # fmt: skip
+            theirs_unrepeated = [
+                [t for t in row.tolist()[1:] if t not in (0, 3)] for row in generated
+            ]
+            assert theirs_unrepeated == unrepeated, n
 
 
 @pytest.mark.slow
@@ -106,10 +110,12 @@ def test_ctranslate2_reproduces_our_beam_search(run_dir, tmp_path):
     float32 = export_ctranslate2(run_dir, tmp_path / "ct2")
     assert loaders == ctranslate2.converters.transformers._MODEL_LOADERS  # ours for one conversion
     assert translated(float32) == expected
-    # No piece twice, as CTranslate2 rules repeats out (greedy: its beam prunes otherwise).
-    unrepeated = DecodeConfig(beam_size=1, alpha=0.0, no_repeat_ngram=1)
-    unrepeated = [h[0][0] for h in ours.translate(LINES, unrepeated)]
-    assert unrepeated != expected and translated(float32, "default", 1, 1) == unrepeated
+    # No n pieces twice, as CTranslate2 rules them out (greedy: its beam prunes otherwise).
+    for n in (1, 2, 3):
+        unrepeated = DecodeConfig(beam_size=1, alpha=0.0, no_repeat_ngram=n)
+        unrepeated = [h[0][0] for h in ours.translate(LINES, unrepeated)]
+        assert n > 1 or unrepeated != expected  # the rule has work to do
+        assert translated(float32, "default", 1, n) == unrepeated, n
     assert (float32 / "vocab.model").read_bytes() == ours.vocab.serialized  # the tokenizer
     int8 = export_ctranslate2(run_dir, tmp_path / "ct2-int8", quantize="int8")
     size = lambda folder: (folder / "model.bin").stat().st_size  # noqa: E731

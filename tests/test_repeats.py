@@ -198,6 +198,7 @@ def test_translations_keep_to_the_run_s_setting_and_a_parser_refuses_it(tmp_path
 
 
 def test_the_command_line_and_the_server_cut_loops(tmp_path):
+    (tmp_path / "ruled").mkdir()
     model = save_toy_model(tmp_path, DecodeConfig(beam_size=3, max_len_b=12))
     translator = Translator.load(model)
     lines = ["the dog runs", "green grass", "children playing outside"]
@@ -212,6 +213,14 @@ def test_the_command_line_and_the_server_cut_loops(tmp_path):
     with pytest.raises(SystemExit, match="no_repeat_ngram must be >= 0"):
         main(["translate", "--model", str(model), "--input", str(source),
               "--no-repeat-ngram", "-2"])  # fmt: skip
+    # A run that sets the rule: its own by default, and 0 turns it off.
+    ruled = save_toy_model(tmp_path / "ruled", decode)
+    assert [hyps[0][0] for hyps in Translator.load(ruled).translate(lines)] == want
+    main(["translate", "--model", str(ruled), "--input", str(source), "--output", str(out)])
+    assert out.read_text(encoding="utf-8").splitlines() == want
+    main(["translate", "--model", str(ruled), "--input", str(source), "--output", str(out),
+          "--no-repeat-ngram", "0"])  # fmt: skip
+    assert out.read_text(encoding="utf-8").splitlines() == plain
     httpx = pytest.importorskip("httpx", reason="the dev extra")
     pytest.importorskip("fastapi", reason="the serve extra")
     from transduce.serve.engine import Engine
@@ -229,3 +238,9 @@ def test_the_command_line_and_the_server_cut_loops(tmp_path):
             answer = client.post("/v1/translate", json={"text": "dog", "no_repeat_ngram": bad})
             assert answer.status_code == 422, bad
         assert client.post("/v1/translate", json={"text": "dog"}).status_code == 200
+    parser = Translator(translator.model, translator.vocab, translator.decode, CPU,
+                        TaskConfig(name="parse"))  # fmt: skip
+    with Background(Engine(parser, "parser"), ServeSettings(port=0)) as url:
+        answer = httpx.post(url + "/v1/translate", json={"text": "dog", "no_repeat_ngram": 2})
+        assert answer.status_code == 422 and "is for translation" in answer.text
+        assert '"noRepeat": null' in httpx.get(url + "/").text  # the page offers no box

@@ -43,7 +43,7 @@ def test_the_page_names_the_model_and_offers_the_settings_beams(engine):
     # the model's own beam chosen, beams up to the server's max_beam offered, attention drawn
     assert json.loads(config[1]) == {"beam": DECODE.beam_size, "maxBeam": 6, "noAttention": None,
                                      "termsBeam": 6,  # the run's 8, within max_beam
-                                     "noRepeat": False, "repeatSize": 4}  # fmt: skip
+                                     "noRepeat": 0, "repeatSize": 4}  # fmt: skip
     assert info["version"] == transduce.__version__
 
 
@@ -148,7 +148,9 @@ def test_the_pages_model_name_is_escaped_and_its_beam_kept_within_the_servers_li
     assert "<title>transduce: &lt;b&gt;&amp;</title>" in page and "<b>&" not in page
     config = re.search(r'<script id="config" type="application/json">(.*?)</script>', page)
     assert json.loads(config[1]) == {"beam": 4, "maxBeam": 4, "noAttention": reason, "termsBeam": 4,
-                                     "noRepeat": False, "repeatSize": 4}  # fmt: skip
+                                     "noRepeat": 0, "repeatSize": 4}  # fmt: skip
     page = render_index("m", beam=4, max_beam=4, no_repeat_ngram=3)  # the run's rule: checked
     config = json.loads(re.search(r'"application/json">(.*?)</script>', page)[1])
-    assert config["noRepeat"] is True and config["repeatSize"] == 3
+    assert config["noRepeat"] == 3 and config["repeatSize"] == 3
+    page = render_index("m", beam=4, max_beam=4, no_repeat_ngram=None)  # a parser: not offered
+    assert json.loads(re.search(r'"application/json">(.*?)</script>', page)[1])["noRepeat"] is None

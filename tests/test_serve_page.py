@@ -152,6 +152,21 @@ def test_the_page_cuts_a_weak_model_s_loops(browser, tmp_path):
         page.click("#go")
         page.wait_for_selector(f"#translations li .output >> text='{own}'")
         page.wait_for_selector(f"#target >> text='{own}'")
+    # A run whose own search has the rule (n = 2): checked; unchecked, the attention drawn is
+    # still the translation's shown, not the run's own search's.
+    (tmp_path / "ruled").mkdir()
+    ruled = Engine.load(save_toy_model(tmp_path / "ruled", replace(rule, no_repeat_ngram=2)))
+    with Background(ruled, ServeSettings(port=0)) as url:
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(url + "/")
+        assert page.is_checked("#no-repeats")
+        page.fill("#text", SENTENCE)
+        page.uncheck("#no-repeats")
+        page.click("#go")
+        page.wait_for_selector("#attention:not([hidden])")
+        assert page.inner_text("#translations li .output") == own
+        assert page.inner_text("#target") == own
     assert errors == []
 
 

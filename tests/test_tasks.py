@@ -9,7 +9,7 @@ import sacrebleu
 import torch
 
 import transduce.training.loop as loop_module
-from transduce.config import DecodeConfig, TaskConfig, override
+from transduce.config import ConfigError, DecodeConfig, TaskConfig, override
 from transduce.data.corpus import LengthFilter
 from transduce.data.dataset import PreparedData, prepare
 from transduce.presets import tiny
@@ -66,6 +66,8 @@ def test_a_decoding_setting_changed_keeps_the_tasks_other_defaults(tokenized_dat
     assert resolve_config(untouched, parsing).decode == defaults
     chosen = override(untouched, {"decode.alpha": "0.5", "decode.batch_size": "8"})
     assert resolve_config(chosen, parsing).decode == replace(defaults, alpha=0.5, batch_size=8)
+    with pytest.raises(ConfigError, match="no_repeat_ngram is for translation"):  # trees repeat
+        resolve_config(override(untouched, {"decode.no_repeat_ngram": "3"}), parsing)
 
 
 def test_translation_is_scored_as_its_task_says():

@@ -89,6 +89,12 @@ def _add_output_rules(p) -> None:
         help="never write the unknown token (' ⁇ ', where the vocabulary lacks a character): "
         "the likeliest other instead (default: the run's, allowed)",
     )
+    p.add_argument(
+        "--allow-unk",
+        dest="no_unk",
+        action="store_false",
+        help="the unknown token allowed, for a run that rules it out (decode.no_unk)",
+    )
 
 
 def _add_sampling_arguments(p) -> None:

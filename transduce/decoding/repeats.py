@@ -21,12 +21,14 @@ from torch import Tensor
 from .constraints import Constraint
 from .terms import Both, TermConstraint
 
+NO_REPEATS_IN_TREES = "no_repeat_ngram is for translation: a parser's trees repeat their brackets"
+
 
 class NoRepeat:
     """Each row's tokens so far, and the rule on its next one: no n-gram twice."""
 
     def __init__(self, size: int, rows: int, device: torch.device, terms: TermConstraint | None):
-        if not (isinstance(size, int) and size >= 1):
+        if isinstance(size, bool) or not (isinstance(size, int) and size >= 1):
             raise ValueError(f"no_repeat_ngram={size!r}: n-grams of at least 1 token (0: off)")
         self.size, self.terms = size, terms
         self.history = torch.zeros(rows, 0, dtype=torch.long, device=device)
@@ -76,7 +78,7 @@ def with_no_repeat(
 ) -> Constraint | None:
     """The search's constraint with the rule against repeated `size`-grams added (0: none);
     `terms`: the search's terms, whose advancing tokens the rule lets through."""
-    if size == 0:
+    if size == 0 and not isinstance(size, bool):  # False is refused, not taken for 0
         return constraint
     state = NoRepeat(size, rows, device, terms)
     return state if constraint is None else Both(constraint, state)

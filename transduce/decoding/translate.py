@@ -28,6 +28,7 @@ from .constraints import TreeConstraint
 from .forced import TargetScore, score_ids
 from .glossary import Glossary
 from .prefix import Prefix, parse_prefixes
+from .repeats import NO_REPEATS_IN_TREES
 from .sampling import Sampling, sample
 from .search import Hypothesis, beam_search
 from .terms import Terms, parse_terms
@@ -247,8 +248,7 @@ class Translator:
         if decode.constrained and sampling:
             raise ValueError("sampling draws from the model alone: leave out constrained search")
         if decode.no_repeat_ngram and self.task.config.name != "translation":
-            raise ValueError("no_repeat_ngram is for translation: a parser's trees repeat their "
-                             "brackets")  # fmt: skip
+            raise ValueError(NO_REPEATS_IN_TREES)
         if terms is not None and sampling:
             raise ValueError("sampling draws from the model alone: terms need beam search")
         sources = self.vocab.encode([line.strip() for line in lines])

@@ -55,8 +55,9 @@ def create_app(
     metrics = Metrics()
     batcher = Batcher(settings, metrics, abandon=getattr(engine, "abandon", None))
     facts = engine.facts
+    repeats = facts.decode.no_repeat_ngram if facts.task.name == "translation" else None
     page = render_index(facts.name, facts.decode.beam_size, settings.max_beam, facts.no_attention,
-                        facts.decode.terms_beam, facts.decode.no_repeat_ngram)  # fmt: skip
+                        facts.decode.terms_beam, repeats)  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

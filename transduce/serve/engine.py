@@ -17,6 +17,7 @@ from ..data.bpe import Vocab
 from ..decoding.avoid import check_terms, parse_avoided
 from ..decoding.channel import rerank, scored_candidates
 from ..decoding.prefix import parse_prefixes
+from ..decoding.repeats import NO_REPEATS_IN_TREES
 from ..decoding.sampling import Sampling
 from ..decoding.terms import parse_terms
 from ..decoding.translate import Translator
@@ -135,6 +136,8 @@ class ModelFacts:
         beam = settings.get("beam_size", self.decode.beam_size)
         if n_best > beam:
             raise BadRequest(f"n_best={n_best} exceeds the beam size {beam}")
+        if no_repeat_ngram and self.task.name != "translation":
+            raise BadRequest(NO_REPEATS_IN_TREES)
         return replace(self.decode, n_best=n_best, **settings)
 
 

@@ -17,17 +17,18 @@ def render_index(
     max_beam: int,
     no_attention: str | None = None,
     terms_beam: int | None = None,
-    no_repeat_ngram: int = 0,
+    no_repeat_ngram: int | None = 0,
 ) -> str:
     """The page's HTML for a model called `model_name`, offering beams 1..max_beam, `beam`
     chosen, `terms_beam` once terms are typed (the run's `decode.terms_beam`), and "no
-    repeats" (checked if the run's `no_repeat_ngram` is set: that n, else 4); `no_attention`:
-    why the model has no attention to draw (the page says so instead)."""
+    repeats" (checked if the run's `no_repeat_ngram` is set: that n, else 4; None: not offered,
+    for a parser); `no_attention`: why the model has no attention to draw (the page says so
+    instead)."""
     template = files(__package__).joinpath("index.html").read_text(encoding="utf-8")
     values = {part.upper(): text for part, text in view_parts().items()}
     values["TITLE"] = html.escape(model_name)
     config = {"beam": min(beam, max_beam), "maxBeam": max_beam, "noAttention": no_attention,
               "termsBeam": min(max(terms_beam or beam, beam), max_beam),
-              "noRepeat": no_repeat_ngram > 0, "repeatSize": no_repeat_ngram or 4}  # fmt: skip
+              "noRepeat": no_repeat_ngram, "repeatSize": no_repeat_ngram or 4}  # fmt: skip
     values["CONFIG"] = script_json(config)
     return fill(template, values)

@@ -80,6 +80,9 @@ def resolve_config(config: Config, data: PreparedData) -> Config:
     each decoding setting left at its default becomes the task's (`decode_settings`)."""
     model = replace(config.model, vocab_size=data.vocab.size)
     decode = decode_settings(data.task, config.decode)
+    if decode.no_repeat_ngram and data.task.name != "translation":
+        raise ConfigError("decode.no_repeat_ngram is for translation: a parser's trees repeat "
+                          "their brackets")  # fmt: skip
     _check_positions(config, data)
     return replace(config, model=model, task=data.task, decode=decode)
 
