@@ -19,6 +19,14 @@ from .serving import DECODE, toy_engine
 SENTENCE = "the children playing outside"
 
 
+def _opened(browser, url: str, errors: list[str], **options):
+    """The page at `url`, its script's errors collected into `errors`."""
+    page = browser.new_page(**options)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(url + "/")
+    return page
+
+
 def test_the_page_translates_and_draws_the_attention_offline(browser, tmp_path):
     engine = toy_engine(tmp_path)
     expected = engine.translator.translate([SENTENCE], replace(DECODE, beam_size=3))[0][0][0]
@@ -135,17 +143,10 @@ def test_the_page_cuts_a_weak_model_s_loops(browser, tmp_path):
     cut = engine.translator.translate([SENTENCE], rule)[0][0][0]
     assert cut != own
     with Background(engine, ServeSettings(port=0)) as url:
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
         errors = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(url + "/")
+        page = _opened(browser, url, errors, viewport={"width": 1300, "height": 900})
         assert not page.is_checked("#no-repeats")  # the run's own: off
-        page.fill("#text", SENTENCE)
-        page.check("#no-repeats")
-        page.click("#go")
-        page.wait_for_selector("#attention:not([hidden])")
-        assert page.inner_text("#translations li .output") == cut
-        assert page.inner_text("#target") == cut
+        assert _translated_with_the_box(page, True) == (cut, cut)
         assert "no 4-gram twice" in page.inner_text("#status")
         page.screenshot(path=str(tmp_path / "no-repeats.png"), full_page=True)
         page.uncheck("#no-repeats")
@@ -157,17 +158,20 @@ def test_the_page_cuts_a_weak_model_s_loops(browser, tmp_path):
     (tmp_path / "ruled").mkdir()
     ruled = Engine.load(save_toy_model(tmp_path / "ruled", replace(rule, no_repeat_ngram=2)))
     with Background(ruled, ServeSettings(port=0)) as url:
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(url + "/")
+        page = _opened(browser, url, errors, viewport={"width": 1300, "height": 900})
         assert page.is_checked("#no-repeats")
-        page.fill("#text", SENTENCE)
-        page.uncheck("#no-repeats")
-        page.click("#go")
-        page.wait_for_selector("#attention:not([hidden])")
-        assert page.inner_text("#translations li .output") == own
-        assert page.inner_text("#target") == own
+        assert _translated_with_the_box(page, False) == (own, own)
     assert errors == []
+
+
+def _translated_with_the_box(page, checked: bool) -> tuple[str, str]:
+    """SENTENCE translated on a fresh page with "no repeats" as given: the translation shown
+    and the target of the attention drawn."""
+    page.fill("#text", SENTENCE)
+    page.set_checked("#no-repeats", checked)
+    page.click("#go")
+    page.wait_for_selector("#attention:not([hidden])")
+    return page.inner_text("#translations li .output"), page.inner_text("#target")
 
 
 def test_the_page_translates_with_terms(browser, tmp_path):
@@ -182,10 +186,8 @@ def test_the_page_translates_with_terms(browser, tmp_path):
     own = engine.translator.translate([SENTENCE])[0][0][0]
     assert expected != own and all(term in expected for term in terms)
     with Background(engine, ServeSettings(port=0)) as url:
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
         errors = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(url + "/")
+        page = _opened(browser, url, errors, viewport={"width": 1300, "height": 900})
         page.fill("#text", SENTENCE)
         page.fill("#terms", " green grass ;outside; ")
         assert page.input_value("#beam") == str(DECODE.terms_beam)
@@ -215,10 +217,8 @@ def test_typing_a_start_translates_and_tab_accepts_the_next_word(browser, tmp_pa
     accepted = completion.split()[0] + " "
     after = engine.translator.translate([SENTENCE], prefixes=[accepted])[0][0][0]
     with Background(engine, ServeSettings(port=0)) as url:
-        page = browser.new_page()
         errors = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(url + "/")
+        page = _opened(browser, url, errors)
         page.fill("#text", SENTENCE)
         page.type("#prefix", typed, delay=50)  # key by key, as a person types
         page.wait_for_function(

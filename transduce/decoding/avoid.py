@@ -25,6 +25,7 @@ from torch import Tensor
 from ..config import TaskConfig
 from ..data.bpe import Vocab
 from ..tasks.translation import TRANSLATION
+from .constraints import rule_out
 from .phrases import contains, phrase_automaton
 from .spelling import spelling
 from .terms import Both, Terms, of_ids, parse_terms
@@ -127,12 +128,8 @@ class AvoidConstraint:
         completing = self.finish[phrases, self.progress[rows, phrases]]  # (P, F)
         hit = completing >= 0
         rows, completing = rows[:, None].expand_as(completing)[hit], completing[hit]
-        before = log_probs[rows, completing]
-        log_probs[rows, completing] = float("-inf")
-        stuck = log_probs.amax(dim=1) == float("-inf")  # nothing left: give the row its tokens
+        stuck = rule_out(log_probs, rows, completing)  # nothing left: the row gets its tokens
         if bool(stuck.any()):
-            back = stuck[rows]
-            log_probs[rows[back], completing[back]] = before[back]
             log_probs[stuck.nonzero(), self.always] = before_always[stuck]
 
     def reorder(self, rows: Tensor) -> None:

@@ -47,6 +47,19 @@ class Constraint(Protocol):
         """Each row takes its next token."""
 
 
+def rule_out(log_probs: Tensor, rows: Tensor, tokens: Tensor) -> Tensor:
+    """Make each (rows[i], tokens[i]) impossible (-inf), in place, except in a row that would
+    then have no token at all: it keeps them (what a prefix or a term forces wins over what a
+    rule forbids). Returns (N,) those rows, left with nothing."""
+    before = log_probs[rows, tokens]
+    log_probs[rows, tokens] = float("-inf")
+    stuck = log_probs.amax(dim=1) == float("-inf")
+    if bool(stuck.any()):
+        back = stuck[rows]
+        log_probs[rows[back], tokens[back]] = before[back]
+    return stuck
+
+
 class TreeConstraint:
     """The state of each hypothesis of a batch's search: words placed, brackets open."""
 

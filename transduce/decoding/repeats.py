@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .constraints import Constraint
+from .constraints import Constraint, rule_out
 from .terms import Both, TermConstraint
 
 NO_REPEATS_IN_TREES = "no_repeat_ngram is for translation: a parser's trees repeat their brackets"
@@ -41,12 +41,7 @@ class NoRepeat:
             advancing = self.terms.advancing()  # (N, K): tokens that take a term further
             asked = (advancing[rows] == tokens[:, None]).any(dim=1)
             rows, tokens = rows[~asked], tokens[~asked]
-        before = log_probs[rows, tokens]
-        log_probs[rows, tokens] = float("-inf")
-        stuck = log_probs.amax(dim=1) == float("-inf")  # nothing left: give the row its tokens
-        if bool(stuck.any()):
-            back = stuck[rows]
-            log_probs[rows[back], tokens[back]] = before[back]
+        rule_out(log_probs, rows, tokens)
 
     def repeating(self) -> tuple[Tensor, Tensor]:
         """(rows, tokens): the tokens each row may not take next, a pair each (pairs repeat
