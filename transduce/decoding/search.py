@@ -155,7 +155,7 @@ def beam_search(
     extensions of BOS, one row per sentence). An EOS among the k best ends a hypothesis, scored
     with the length penalty; the k best others go on. A sentence stops when it has k ended
     hypotheses or reaches its length limit, and leaves the batch. `constraint` (a row a sentence
-    to start) masks what it rules out; `prefixes` ... `no_repeat_ngram` guide (`guided`)."""
+    to start) masks what it rules out; the guides, `prefixes` to `no_repeat_ngram`: `guided`."""
     check_searchable(model, beam_size, n_best, alpha)
     k, device = beam_size, src.device
     limit = max_lengths(src, pad, max_len_a, max_len_b, max_len)
