@@ -47,7 +47,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--lowercase-tokenized", action="store_true")
     parser.add_argument("--words", type=Path, help="the references tokenized, to draw words from")
-    parser.add_argument("--no-repeat-ngram", type=int, default=0, help="both searches' (0: off)")
+    parser.add_argument("--no-repeat-ngram", type=int, default=0,
+                        help="both searches' rule (0: off); the terms are drawn from the output "
+                        "without it, the same for every N")  # fmt: skip
     args = parser.parse_args()
     translator = transduce.load(args.model)
     task = scoring(True) if args.lowercase_tokenized else translator.task.config  # the model's
@@ -66,9 +68,13 @@ def main() -> None:
         own = [hyps[0][0] for hyps in translator.translate(sources, decode)]
         plain_seconds = time.perf_counter() - began
         plain_bleu = transduce.score(own, references, task).score
+        unruled = replace(decode, no_repeat_ngram=0)  # the terms drawn alike for every rule
+        drawn = (
+            own if decode == unruled else [h[0][0] for h in translator.translate(sources, unruled)]
+        )
         for count in args.terms:
             rng = random.Random(args.seed)
-            pairs = zip(own, words, strict=True)
+            pairs = zip(drawn, words, strict=True)
             terms = [missed(o, r, count, args.min_letters, rng, tokenized) for o, r in pairs]
             terms = [[t for t in line if not translator.vocab.lacking(t)] for line in terms]
             began = time.perf_counter()
