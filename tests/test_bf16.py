@@ -1,7 +1,7 @@
 """Training's products in bfloat16 on a CPU (`train.precision=bf16`, models/bf16.py): the
 products (the layers' and the loss's) are those of the rounded inputs, padding rows change
 nothing, only training's products take the route, and the Trainer takes it only when asked and
-only where AMX is."""
+only where the CPU multiplies bfloat16 in hardware."""
 
 import os
 
@@ -122,18 +122,21 @@ def test_the_feed_forward_drops_the_units_float32_would_and_leaves_the_route_whe
 def test_only_training_products_inside_the_context_take_bfloat16():
     torch.manual_seed(0)
     x, weight = torch.randn(5, 7, 16), torch.randn(8, 16, requires_grad=True)
-    exact = F.linear(x, weight)
+    # this CPU's float32 products (MKL's or oneDNN's, `matmul.Route`: not always the same bits)
+    exact = matmul.linear(x, weight)
+    with torch.no_grad():
+        exact_decoding = matmul.linear(x, weight)
     with bf16.products():
         assert bf16.active()
         trained = matmul.linear(x, weight)
         with torch.no_grad():  # decoding, validation, the loss's own chunks: float32
-            assert torch.equal(matmul.linear(x, weight), exact)
+            assert torch.equal(matmul.linear(x, weight), exact_decoding)
         wide = x.double(), weight.double()  # float64 (the tests' references): as it is
         assert torch.equal(matmul.linear(*wide), F.linear(*wide))
     assert not bf16.active()
     assert trained.shape == (5, 7, 8) and trained.requires_grad
     torch.testing.assert_close(trained, bf16.linear(x.reshape(35, 16), weight, None).view(5, 7, 8))
-    assert not torch.equal(trained, exact)
+    assert not torch.allclose(trained, exact, rtol=1e-4, atol=1e-4)  # rounded, not float32's
     assert torch.equal(matmul.linear(x, weight), exact)
 
 
@@ -181,10 +184,23 @@ def test_the_trainer_sizes_the_product_cache_to_its_model(
     assert [os.environ[name] for name in bf16.CACHE_SETTINGS] == [entries, entries]
 
 
-def test_the_trainer_refuses_bf16_on_a_cpu_without_amx(toy_data, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "amx, avx512_bf16, native", [(False, False, False), (True, False, True), (False, True, True)]
+)
+def test_bfloat16_is_native_with_amx_or_avx512_bf16(amx, avx512_bf16, native, monkeypatch):
+    """A Xeon with AMX and an EPYC of Zen 4 (AVX-512 BF16, no AMX) both take the route; a CPU
+    with neither (AVX2, or AVX-512 without BF16) would emulate the products."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    assert bf16.supported() == native
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")  # a torch without the probe
+    assert bf16.supported() == amx
+
+
+def test_the_trainer_refuses_bf16_on_a_cpu_that_would_emulate_it(toy_data, tmp_path, monkeypatch):
     monkeypatch.setattr(bf16, "supported", lambda: False)
     config = toy_config(**{"train.precision": "bf16"})
-    with pytest.raises(ConfigError, match="needs AMX"):
+    with pytest.raises(ConfigError, match="needs bfloat16 products in hardware"):
         Trainer(config, PreparedData.load(toy_data), tmp_path / "run", False, torch.device("cpu"))
     assert not (tmp_path / "run").exists()  # refused before the run folder was made
 
@@ -192,7 +208,7 @@ def test_the_trainer_refuses_bf16_on_a_cpu_without_amx(toy_data, tmp_path, monke
 @pytest.mark.parametrize(
     "precision, model, taken",
     [
-        ("auto", TransformerConfig(d_model=256), True),  # `small` and wider, on AMX
+        ("auto", TransformerConfig(d_model=256), True),  # `small` and wider, bf16 in hardware
         ("auto", TransformerConfig(d_model=1024), True),
         ("auto", TransformerConfig(d_model=128), True),  # `tiny` and the demo: 1.22x (s49)
         ("auto", TransformerConfig(d_model=64), False),  # narrower: not measured
@@ -202,7 +218,7 @@ def test_the_trainer_refuses_bf16_on_a_cpu_without_amx(toy_data, tmp_path, monke
         ("bf16", RnnConfig(d_model=1000), True),
     ],
 )
-def test_auto_takes_bfloat16_for_a_transformer_as_wide_as_tiny_on_a_cpu_with_amx(
+def test_auto_takes_bfloat16_for_a_transformer_as_wide_as_tiny_on_a_bf16_cpu(
     precision, model, taken, monkeypatch
 ):
     monkeypatch.setattr(bf16, "supported", lambda: True)
@@ -221,7 +237,7 @@ def test_the_trainer_updates_through_bf16_products_only_when_asked(
 ):
     calls = []
     products = bf16.linear
-    monkeypatch.setattr(bf16, "supported", lambda: True)  # emulated where there is no AMX
+    monkeypatch.setattr(bf16, "supported", lambda: True)  # emulated where not in hardware
     for name in bf16.CACHE_SETTINGS:  # restored after the test, as `prepare` changes them
         monkeypatch.setenv(name, os.environ.get(name, "8"))
     monkeypatch.setattr(bf16, "linear", lambda *a: calls.append(a[0].shape) or products(*a))

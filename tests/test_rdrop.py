@@ -188,8 +188,9 @@ def test_a_negative_or_infinite_rdrop_is_refused(bad):
 
 
 def test_on_the_bfloat16_route_both_passes_project_in_bfloat16_within_its_rounding(monkeypatch):
-    """Inside `bf16.products` (training on a CPU with AMX) the chunks take `bf16.Projection`,
-    once per update, and the sums and gradients stay within bfloat16's rounding of float32's."""
+    """Inside `bf16.products` (training on a CPU with bfloat16 in hardware) the chunks take
+    `bf16.Projection`, once per update, and the sums and gradients stay within bfloat16's rounding
+    of float32's."""
     from transduce.models import bf16
 
     made = []

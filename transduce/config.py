@@ -21,7 +21,7 @@ POSITIONS = ("sinusoidal", "learned")
 # The model settings' dropout rates: the Transformer's three; a recurrent model has the first.
 DROPOUT_RATES = ("dropout", "attention_dropout", "relu_dropout")
 SCHEDULES = ("noam", "constant", "plateau")
-# "auto": bf16 autocast on a GPU, float32 on a CPU; "bf16" on a CPU with AMX: models/bf16.py
+# "auto": bf16 on a GPU (autocast) and on a CPU with bf16 products in hardware (models/bf16.py)
 PRECISIONS = ("auto", "fp32", "bf16")
 CELLS = ("lstm", "gru")
 SCORES = ("dot", "general", "concat", "additive")  # Luong et al. 2015's three; Bahdanau et al.'s
@@ -204,7 +204,7 @@ class TrainConfig:
     # A saved model whose weights start the run, not its optimiser (training/warm_start.py)
     init_from: str = ""
     seed: int = 1
-    precision: str = "auto"  # PRECISIONS; auto: bf16 on a GPU or an AMX CPU (models/bf16.py)
+    precision: str = "auto"  # PRECISIONS; auto: bf16 on a GPU or a bf16 CPU (models/bf16.py)
     threads: int = 0  # CPU threads; 0 = torch's default
     # torch.compile the layers and the loss for training (training/compiled.py): "auto" on a GPU
     # only, "on" on any device, or "off"

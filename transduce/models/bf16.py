@@ -1,14 +1,17 @@
-"""Training's matrix products in bfloat16 on a CPU with AMX (`train.precision=bf16`).
+"""Training's matrix products in bfloat16 on a CPU that multiplies bfloat16 in hardware
+(`train.precision=bf16`; `auto` takes it there, `supported`).
 
 Intel's Xeons from the 4th generation (Sapphire Rapids) on multiply bfloat16 matrices in AMX
 tiles, 3-10x faster than float32 at training's shapes on 2 cores (oneDNN, called by PyTorch for
-bfloat16 products; benchmarks/SPEED.md, session 46). Only training's products take that route,
-forward and backward: the linear layers' (`linear`), the FFN's two (`feed_forward`) and the
-loss's with the output weight (`Projection`, that weight cast once an update for all the loss's
-chunks). The weights, the optimiser, layer norms, softmaxes, residual sums and the loss's sums
-stay float32, as under autocast on a GPU. Each product's inputs are rounded to bfloat16 and its
-sums kept in float32 by the hardware; the output is rounded to bfloat16 on the way out and
-raised back to float32, except between the FFN's two products, whose hidden units stay bfloat16.
+bfloat16 products; benchmarks/SPEED.md, session 46); AMD's EPYCs from Zen 4 on (and Intel's
+Cooper Lake) with AVX-512's bfloat16 dot products (an update of `small` 1.51x float32's on a
+Zen 4, session 64). Only training's products take that route, forward and backward: the linear
+layers' (`linear`), the FFN's two (`feed_forward`) and the loss's with the output weight
+(`Projection`, that weight cast once an update for all the loss's chunks). The weights, the
+optimiser, layer norms, softmaxes, residual sums and the loss's sums stay float32, as under
+autocast on a GPU. Each product's inputs are rounded to bfloat16 and its sums kept in float32 by
+the hardware; the output is rounded to bfloat16 on the way out and raised back to float32,
+except between the FFN's two products, whose hidden units stay bfloat16.
 
 oneDNN compiles a product for each shape it meets and keeps a few in a cache
 (`matmul.CACHED_PRODUCTS`). Token-bucketed batches bring a new row count at nearly every update,
@@ -40,11 +43,12 @@ CACHED_PRODUCTS = 64
 # `small` 64 were worth 1.10-1.17x an update for ~70 MiB (benchmarks/SPEED.md, sessions 47-48).
 WIDE_D_MODEL = 512
 WIDE_CACHED_PRODUCTS = 8
-# `train.precision=auto` takes this route for a Transformer at least this wide, on a CPU with
-# AMX: `small` (256) and up gained 1.3-1.9x an update at the same quality (benchmarks/SPEED.md,
-# sessions 46-47); `tiny` (128, the demo's) was level until the FFN's hidden units stayed
-# bfloat16, then 1.22x an update and 1.32x the demo's updates, level update for update, at a
-# peak of 1,057-1,135 MiB (session 49). The tests' narrower toys stay float32.
+# `train.precision=auto` takes this route for a Transformer at least this wide, on a CPU that
+# `supported`: with AMX `small` (256) and up gained 1.3-1.9x an update at the same quality
+# (benchmarks/SPEED.md, sessions 46-47); `tiny` (128, the demo's) was level until the FFN's hidden
+# units stayed bfloat16, then 1.22x an update and 1.32x the demo's updates, level update for
+# update, at a peak of 1,057-1,135 MiB (session 49). With AVX-512 BF16 (an AMD EPYC of Zen 4,
+# session 64) `tiny` 1.36-1.68x, `small` 1.51x. The tests' narrower toys stay float32.
 AUTO_MIN_D_MODEL = 128
 CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 # Those the user set, left as they are; read on import, before `matmul` (which imports this
@@ -54,15 +58,20 @@ USER_SET = frozenset(name for name in CACHE_SETTINGS if name in os.environ)
 _active = False
 
 
+# The CPU features with which oneDNN multiplies bfloat16 in hardware: AMX tiles (Intel Xeons from
+# the 4th generation) or AVX-512's bfloat16 dot products (AMD from Zen 4, Intel's Cooper Lake).
+# Without either it emulates them, slower than float32.
+NATIVE_BF16_PROBES = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+
+
 def supported() -> bool:
-    """Whether this CPU multiplies bfloat16 in AMX tiles (elsewhere it is emulated, slower than
-    float32)."""
-    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+    """Whether this CPU multiplies bfloat16 in hardware (NATIVE_BF16_PROBES)."""
+    return any(bool(getattr(torch.cpu, probe, lambda: False)()) for probe in NATIVE_BF16_PROBES)
 
 
 def chosen(precision: str, device: torch.device, model: object) -> bool:
     """Whether training `model` (its config) on `device` takes this route: asked for with
-    `bf16`, or `auto` for a Transformer of AUTO_MIN_D_MODEL or more on a CPU with AMX."""
+    `bf16`, or `auto` for a Transformer of AUTO_MIN_D_MODEL or more on a CPU `supported`."""
     if device.type != "cpu" or precision == "fp32":
         return False
     if precision == "bf16":
@@ -78,7 +87,8 @@ def cached_products(model: object) -> int:
 
 
 def prepare(model: object) -> None:
-    """Before training `model` (its config) takes this route: refuse a CPU without AMX, and size
+    """Before training `model` (its config) takes this route: refuse a CPU that would emulate
+    bfloat16 products, and size
     the product caches (`cached_products`).
 
     oneDNN and ideep read the cache settings at the process's first oneDNN product; where one
@@ -86,8 +96,9 @@ def prepare(model: object) -> None:
     not wrong."""
     if not supported():
         raise ConfigError(
-            "train.precision=bf16 on a CPU needs AMX (Intel Xeon of the 4th generation or later);"
-            " this CPU would emulate bfloat16 products, slower than float32: leave it at auto"
+            "train.precision=bf16 on a CPU needs bfloat16 products in hardware: AMX (Intel Xeon of"
+            " the 4th generation or later) or AVX-512 BF16 (AMD Zen 4 or later, Intel Cooper"
+            " Lake); this CPU would emulate them, slower than float32: leave it at auto"
         )
     entries = str(cached_products(model))
     for name in CACHE_SETTINGS:

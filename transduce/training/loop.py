@@ -101,7 +101,7 @@ class Trainer:
         self.config = resolve_config(config, data)
         self.cpu_bf16 = bf16.chosen(self.config.train.precision, device, self.config.model)
         if self.cpu_bf16:
-            bf16.prepare(self.config.model)  # before an hour of emulated, slower products
+            bf16.prepare(self.config.model)  # refused before an hour of emulated, slower products
         self.processes.on_main(lambda: write_run_folder(run_dir, self.config, data, resume))
         if self.config.train.threads:
             torch.set_num_threads(self.config.train.threads)
@@ -128,7 +128,7 @@ class Trainer:
             "model: %s parameters; device %s%s; %d process(es)",
             f"{count_parameters(self.model):,}",
             device,
-            ", its matrix products in bfloat16 (AMX)" if self.cpu_bf16 else "",
+            ", its matrix products in bfloat16" if self.cpu_bf16 else "",
             self.processes.world,
         )
 
