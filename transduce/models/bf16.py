@@ -55,13 +55,12 @@ CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 # module first) sets its own defaults.
 USER_SET = frozenset(name for name in CACHE_SETTINGS if name in os.environ)
 
-_active = False
-
-
 # The CPU features with which oneDNN multiplies bfloat16 in hardware: AMX tiles (Intel Xeons from
 # the 4th generation) or AVX-512's bfloat16 dot products (AMD from Zen 4, Intel's Cooper Lake).
 # Without either it emulates them, slower than float32.
 NATIVE_BF16_PROBES = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+
+_active = False
 
 
 def supported() -> bool:
@@ -88,8 +87,7 @@ def cached_products(model: object) -> int:
 
 def prepare(model: object) -> None:
     """Before training `model` (its config) takes this route: refuse a CPU that would emulate
-    bfloat16 products, and size
-    the product caches (`cached_products`).
+    bfloat16 products, and size the product caches (`cached_products`).
 
     oneDNN and ideep read the cache settings at the process's first oneDNN product; where one
     has run before (float32 products take oneDNN on some CPUs), the smaller cache stays: slower,
