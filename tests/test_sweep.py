@@ -21,6 +21,7 @@ from transduce.experiments import table3
 from transduce.experiments.sweep import RunResult, sweep, sweep_base
 from transduce.experiments.table3 import ROW_NAMES, CannotScale, row_config
 from transduce.presets import big, preset
+from transduce.training import members
 
 from .conftest import PLUMBING_MODEL, as_set_arguments, small_reverse_data
 
@@ -419,7 +420,7 @@ def test_runs_side_by_side_share_the_cores_unless_their_threads_are_set(
 
     monkeypatch.setattr(sweep_module, "_run", scripted_run)
     monkeypatch.setattr(sweep_module, "_workers", lambda jobs: ThreadPoolExecutor(jobs))
-    monkeypatch.setattr(sweep_module.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(members.os, "cpu_count", lambda: 8)
     base = sweep_base("tiny", steps=4, assignments=[f"train.threads={threads}"])
     sweep(data.path, tmp_path, base, rows=["base", "D3"], jobs=2)
     assert seen == [(each, each)] * 2  # 8 cores shared by 2 jobs, or the threads asked for
@@ -521,12 +522,12 @@ def test_a_folder_that_is_not_prepared_data_fails_before_any_run(tmp_path):
 def test_more_jobs_than_cores_still_gives_each_run_one_thread_not_torchs_default(monkeypatch):
     """train.threads 0 means torch's default (every core): with 4 runs on 2 cores each run must
     get 1, not 2 // 4 = 0."""
-    monkeypatch.setattr(sweep_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(members.os, "cpu_count", lambda: 2)
     config = preset("tiny")
     assert config.train.threads == 0
-    assert sweep_module._with_threads(config, 4).train.threads == 1
-    assert sweep_module._with_threads(config, 2).train.threads == 1
-    assert sweep_module._with_threads(config, 1) == config
+    assert sweep_module.threads_each(config, 4).train.threads == 1
+    assert sweep_module.threads_each(config, 2).train.threads == 1
+    assert sweep_module.threads_each(config, 1) == config
 
 
 def test_set_onto_the_base_wins_over_the_sweeps_budget_and_search():

@@ -8,6 +8,8 @@ The public API, one import away; the names live in the subpackages of their pape
     transduce.train(transduce.tiny(), "data/ende", "runs/ende")
     translator = transduce.load("runs/ende")            # a run folder or one checkpoint file
     # (a list of them: their ensemble, transduce.load(["runs/ende", "runs/ende-seed2"]))
+    transduce.train_members(transduce.tiny(), "data/ende", "runs/ende2", 2)  # two at once:
+    transduce.load("runs/ende2")                        # their ensemble
     outputs = [best[0][0] for best in translator.translate(["a dog runs ."])]
     print(transduce.score(outputs, ["ein hund rennt ."]))
     translator.score(["a dog runs ."], ["ein hund rennt ."])  # log P(target | source) each
@@ -44,6 +46,7 @@ from .presets import base, big, preset, rnn, rnn_small, rnn_tiny, small, table3,
 from .tasks import get_task
 from .tasks.metrics import Score, bleu, chrf, term_use
 from .training.loop import Trainer, TrainingError, train
+from .training.members import train_members
 from .training.warm_start import settings_to_fine_tune
 from .viz import explain, translate_with_alignments
 
@@ -121,6 +124,7 @@ __all__ = [
     "term_use",
     "tiny",
     "train",
+    "train_members",
     "translate",
     "translate_with_alignments",
 ]

@@ -43,6 +43,13 @@ def _add_train(verbs) -> None:
         help="continue the run in --out from its newest good checkpoint (Ctrl-C or SIGTERM "
         "saves one after the current update, then stops)",
     )
+    p.add_argument(
+        "--members",
+        type=int,
+        default=1,
+        help="train this many models at once (seeds train.seed, +1, ...; each its share of the "
+        "CPU cores) into --out/member1 ...: decoding --out then takes their ensemble",
+    )
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: a GPU if there is one)")
     p.set_defaults(run=_train)
 
@@ -56,6 +63,12 @@ def _train(args) -> None:
         "train.seed": args.seed,
     }
     config = config_from(args, flags, start=_starting_settings(args))
+    if args.members != 1:
+        from ..training.members import train_members
+
+        train_members(config, args.data, args.out, args.members, resume=args.resume,
+                      device=args.device)  # fmt: skip
+        return
     path = train(config, args.data, args.out, resume=args.resume, device=args.device)
     logger.info("done: %s", path)
 
@@ -65,7 +78,8 @@ def _starting_settings(args):
     run that began so, its own (the model it began from may be gone)."""
     from ..training import warm_start
 
-    resumed = warm_start.settings_to_resume(args.out, args.init) if args.resume else None
+    first = args.out / "member1" if args.members != 1 else args.out  # an ensemble's: its first's
+    resumed = warm_start.settings_to_resume(first, args.init) if args.resume else None
     if args.init is None and resumed is None:
         return None
     if args.preset is not None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
-import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -41,6 +40,7 @@ from ..runtime import pick_device
 from ..tasks import get_task
 from ..training.checkpoint import AVERAGE_FILE, CheckpointStore
 from ..training.loop import train
+from ..training.members import threads_each
 from ..training.runlog import read_log
 from ..training.validation import dev_loss
 from .compare import translate_and_score
@@ -149,7 +149,7 @@ def sweep(
                 number += 1
                 logger.info("[run %d/%d] row %s, seed %d of %d", number,
                             number + len(waiting), result.row, seed, seeds)  # fmt: skip
-                config = _with_threads(override(result.config, {"train.seed": seed}), jobs)
+                config = threads_each(override(result.config, {"train.seed": seed}), jobs)
                 run_dir = out / f"{result.row}-seed{seed}"
                 task = (config, result.row, seed, data_dir, run_dir, device,
                         logging.getLogger().level)  # fmt: skip
@@ -215,13 +215,6 @@ def _may_start(waiting: tuple[RowResult, int], results: list[RowResult], seeds: 
     if base is None or result is base:
         return True
     return {run.seed for run in base.runs} >= set(range(1, seeds + 1))
-
-
-def _with_threads(config: Config, jobs: int) -> Config:
-    """With runs side by side and train.threads 0, each gets its share of the cores."""
-    if jobs == 1 or config.train.threads:
-        return config
-    return override(config, {"train.threads": max(1, (os.cpu_count() or 1) // jobs)})
 
 
 class _InProcess:

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..config import Config
 from ..data.bpe import Vocab
 from ..training.checkpoint import CheckpointError, default_checkpoint, load
+from ..training.members import member_folders
 from . import Seq2Seq, build_model
 
 
@@ -26,9 +27,15 @@ class SavedModel:
     step: int | None  # the update it was saved at (an average: its newest)
 
 
-def model_paths(model: Path | str | Sequence[Path | str]) -> list[Path]:
+def given_paths(model: Path | str | Sequence[Path | str]) -> list[Path]:
     """One saved model's path, or several models' (an ensemble's), as a list of paths."""
     return [Path(model)] if isinstance(model, (Path, str)) else [Path(path) for path in model]
+
+
+def model_paths(model: Path | str | Sequence[Path | str]) -> list[Path]:
+    """The saved models `model` names: `given_paths`, with the folder of an ensemble trained at
+    once (`train --members`) standing for its members'."""
+    return [member for path in given_paths(model) for member in member_folders(path) or [path]]
 
 
 def load_model(path: Path | str, checkpoint: Path | str | None = None) -> SavedModel:
@@ -50,7 +57,7 @@ def load_model(path: Path | str, checkpoint: Path | str | None = None) -> SavedM
 def load_vocab(path: Path | str) -> Vocab:
     """The vocabulary of a saved model (run folder or checkpoint file), of a prepared data folder,
     or a sentencepiece model file itself: what `prepare --vocab` encodes new data with."""
-    path = Path(path)
+    path = (member_folders(path) or [Path(path)])[0]  # an ensemble's members share theirs
     if path.is_dir() and (path / "vocab.model").is_file():  # a run's or a prepared folder's
         return Vocab.load(path / "vocab.model")
     if path.suffix == ".model":

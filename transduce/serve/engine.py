@@ -23,7 +23,7 @@ from ..decoding.terms import parse_terms
 from ..decoding.translate import Translator
 from ..models import count_parameters
 from ..models.ensemble import AttendDifferently
-from ..models.saved import model_paths
+from ..models.saved import given_paths, model_paths
 from ..tasks.translation import TRANSLATION
 from ..viz.alignment import align, default_layer, pharaoh
 from ..viz.capture import attention_of_ids, best_translations
@@ -180,19 +180,23 @@ class Engine:
         channel: Path | str | None = None,
     ) -> Engine:
         """A run folder or a checkpoint file, named by its folder or file name; several of them,
-        their ensemble (as `transduce translate --model A --model B`), named "A+B". `channel`:
+        their ensemble (as `transduce translate --model A --model B`), named "A+B"; the folder of an
+        ensemble trained at once (`train --members`), by its name. `channel`:
         a model of the reverse direction, for `channel_weight` (as `translate --channel`)."""
-        paths = model_paths(model)
+        given = given_paths(model)
+        paths = model_paths(given)
         translator = Translator.load(paths, device=device, int8=int8)
         names = [path.name for path in paths]
-        if len(set(names)) < len(names):  # runs/a/average.pt, runs/b/average.pt: a/, b/
+        one_folder = len(given) == 1 and len(paths) > 1  # `train --members`: member1, member2
+        if len(set(names)) < len(names) or one_folder:  # runs/a/average.pt, runs/b/average.pt
             names = [f"{path.parent.name}/{path.name}" for path in paths]
+        name = given[0].name if one_folder else "+".join(names)
         members = names if len(names) > 1 else ()
         if channel is None:
-            return cls(translator, "+".join(names), members)
+            return cls(translator, name, members)
         reverse = Translator.load(channel, device=device)
         reverse.keep_packed_weights()
-        return cls(translator, "+".join(names), members, reverse, Path(channel).name)
+        return cls(translator, name, members, reverse, Path(channel).name)
 
     def _attention_layers(self) -> tuple[int, str | None]:
         """The layers the attention views have, from one short sentence's attention

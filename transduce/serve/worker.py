@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from ..models.saved import model_paths
+from ..models.saved import given_paths
 from .engine import AttentionWork, Engine, ModelFacts, ScoreWork, TranslateWork
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class DecoderProcess:
         child_main: Callable[..., None] | None = None,
         channel: Path | str | None = None,
     ) -> None:
-        paths = [str(path) for path in model_paths(model)]
+        paths = [str(path) for path in given_paths(model)]  # expanded by Engine.load
         self._spec = (paths, device, int8, threads, None if channel is None else str(channel))
         self._child_main = child_main or _decode_forever
         self._lock = threading.Lock()

@@ -42,6 +42,7 @@ import torch
 
 from ..config import TrainConfig
 from ..files import atomic_write, remove_leftovers
+from .members import member_folders
 
 log = logging.getLogger(__name__)
 
@@ -372,6 +373,11 @@ def default_checkpoint(run_dir: Path) -> Path:
         raise FileNotFoundError(f"{run_dir}: no such run folder or checkpoint file")
     if (run_dir / "meta.json").is_file():
         raise FileNotFoundError(f"{run_dir}: a prepared dataset, not a run folder: train on it")
+    if members := member_folders(run_dir):
+        raise FileNotFoundError(
+            f"{run_dir}: an ensemble of {len(members)} models (train --members): translate, score "
+            f"and serve decode it whole; here name one of them, such as {members[0]}"
+        )
     newest = CheckpointStore(run_dir, keep_last=1).newest_paths()
     if not newest:
         raise FileNotFoundError(f"{run_dir}: no checkpoint found (has training started?)")
