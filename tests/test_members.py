@@ -108,6 +108,19 @@ def test_a_folder_is_refused_before_anything_trains_when_it_holds_another_run(pa
     assert not (pair / "new").exists()
 
 
+@pytest.mark.parametrize(
+    "listed, said",
+    [("{not json", "not a list of an ensemble's members"), ('{"members": "member1"}', "must name"),
+     ('{"members": ["member1", ""]}', "must name"), ("[]", "not a list")],
+)  # fmt: skip
+def test_a_damaged_list_of_members_is_named_not_a_traceback(tmp_path, listed, said):
+    (tmp_path / members.MEMBERS_FILE).write_text(listed)
+    with pytest.raises(ValueError, match=said):
+        model_paths(tmp_path)
+    with pytest.raises(SystemExit, match=f"translate: error: .*members.json: .*{said}"):
+        main(["translate", "--model", str(tmp_path), "--input", "-"])
+
+
 def test_members_are_not_trained_under_torchrun(monkeypatch, toy_data, tmp_path):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match="not under torchrun"):

@@ -31,6 +31,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from ..config import Config, override
+from ..files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,13 @@ def member_folders(path: Path | str) -> list[Path] | None:
     file = Path(path) / MEMBERS_FILE
     if not file.is_file():
         return None
-    return [Path(path) / name for name in json.loads(file.read_text())["members"]]
+    try:
+        names = json.loads(file.read_text(encoding="utf-8"))["members"]
+    except (ValueError, KeyError, TypeError) as error:  # hand-edited or damaged
+        raise ValueError(f"{file}: not a list of an ensemble's members ({error})") from error
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ValueError(f"{file}: 'members' must name the member folders, not {names!r}")
+    return [Path(path) / name for name in names]
 
 
 def threads_each(config: Config, jobs: int) -> Config:
@@ -119,7 +126,8 @@ def _claim_members(run_dir: Path, members: int, resume: bool) -> list[Path]:
     if before is None and (run_dir / "config.json").exists():
         raise RunFolderError(f"{run_dir} holds one model's run: name a new --out for an ensemble")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / MEMBERS_FILE).write_text(json.dumps({"members": names}, indent=2) + "\n")
+    listed = json.dumps({"members": names}, indent=2) + "\n"
+    atomic_write(listed.encode(), run_dir / MEMBERS_FILE)  # never half a list for a loader
     return [run_dir / name for name in names]
 
 
