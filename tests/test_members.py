@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -147,14 +149,12 @@ def test_a_signal_to_the_command_stops_each_member_once_saved_and_resume_ends_th
     both to the end."""
     out = tmp_path / "run"
     command = _members_command(toy_data, out, "train.max_steps=100000")
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    for member in ("member1", "member2"):
-        _wait_for(out / member / "checkpoints" / "step_00000010.pt", process)
-    if number == signal.SIGINT:
-        os.killpg(process.pid, number)  # as a terminal's Ctrl-C: the whole foreground group
-    else:
-        os.kill(process.pid, number)
-    _, stderr = process.communicate(timeout=120)
+    with _training(command, out, start_new_session=True) as process:
+        if number == signal.SIGINT:
+            os.killpg(process.pid, number)  # as a terminal's Ctrl-C: the whole foreground group
+        else:
+            os.kill(process.pid, number)
+        _, stderr = process.communicate(timeout=120)
     assert process.returncode != 0, stderr
     assert "member1, member2 of" in stderr and "saved and stopped; --resume continues" in stderr
     steps = []
@@ -174,13 +174,9 @@ def test_a_signal_to_the_command_stops_each_member_once_saved_and_resume_ends_th
 def test_members_whose_command_is_killed_save_and_stop(toy_data, tmp_path):
     """A kill -9 of the command leaves no member training on alone: each saves and stops."""
     out = tmp_path / "run"
-    command = _members_command(toy_data, out, "train.max_steps=100000")
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    for member in ("member1", "member2"):
-        _wait_for(out / member / "checkpoints" / "step_00000010.pt", process)
-    assert len(_members_of(process.pid)) == 2
-    process.kill()
-    _, stderr = process.communicate(timeout=120)  # the pipe ends when the members, its last
+    with _training(_members_command(toy_data, out, "train.max_steps=100000"), out) as process:
+        process.kill()
+        _, stderr = process.communicate(timeout=60)  # the pipe ends when the members, its last
     for member in ("member1", "member2"):  # writers, have ended
         assert re.search(rf"{member} SIGTERM at step \d+: saved", stderr), stderr
 
@@ -202,6 +198,26 @@ def _members_command(data: Path, out: Path, *settings: str) -> list[str]:
     return [sys.executable, "-m", "transduce", "train", "--data", str(data), "--preset", "tiny",
             "--out", str(out), "--members", "2", "--device", "cpu", "--set", *TOY,
             "train.valid_every=10", *settings]  # fmt: skip
+
+
+@contextmanager
+def _training(command: list[str], out: Path, **popen) -> Iterator[subprocess.Popen]:
+    """`command` started, once both members have saved update 10; whatever fails, no process
+    of it is left training (a member that outlives a failed test would train on for hours)."""
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, **popen)
+    spawned: list[int] = []
+    try:
+        for member in ("member1", "member2"):
+            _wait_for(out / member / "checkpoints" / "step_00000010.pt", process)
+        spawned = _members_of(process.pid)
+        assert len(spawned) == 2
+        yield process
+    finally:
+        process.kill()
+        for pid in spawned:
+            with suppress(OSError):
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
 
 
 def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
