@@ -7,8 +7,8 @@ Python API's `load`) decodes OUT as their ensemble (models/ensemble.py).
 
 Why: on a CPU of few cores, K trainings of one thread each get through more updates together than
 one of K threads (small products use cores poorly), and an ensemble gains over its members:
-`tiny`'s hour on a 2-core Zen 4 gave two models of 41.23 and 40.50 test BLEU, 41.66 together
-(benchmarks/RESULTS.md, session 64).
+`tiny`'s hour on a 2-core Zen 4 gave one model of 40.84 test BLEU on both threads, or with
+`--members 2` two of 41.34 and 40.52, 41.75 together (benchmarks/RESULTS.md, runs 28-29).
 
 Signals go through this process: each member runs in a process group of its own, and every
 SIGINT or SIGTERM that reaches this one is passed on once to each member, which saves a
