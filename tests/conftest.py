@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -273,3 +275,13 @@ def killed_at_rename(kill_at: int):
         real_replace(src, dst)
 
     return dying_replace
+
+
+def wait_for_file(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    """Until `path` exists (a checkpoint a training `process` writes), failing if the process
+    ends first or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, "training ended before it could be stopped"
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.01)

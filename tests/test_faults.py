@@ -29,7 +29,7 @@ from transduce.training.checkpoint import CheckpointStore, load
 from transduce.training.loop import Trainer, train
 from transduce.training.stopping import SIGNALS, StopRequests, TrainingStopped
 
-from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files
+from .conftest import PLUMBING_MODEL, as_set_arguments, reverse_task_files, wait_for_file
 
 TOY = as_set_arguments(
     PLUMBING_MODEL
@@ -299,7 +299,7 @@ def test_kill_9_then_resume_ends_bitwise_where_an_uninterrupted_run_does(toy_dat
         process = subprocess.Popen(
             _train_command(toy_data, killed, *settings) + (["--resume"] if kill_after > 10 else [])
         )
-        _wait_for(killed / "checkpoints" / f"step_{kill_after:08d}.pt", process)
+        wait_for_file(killed / "checkpoints" / f"step_{kill_after:08d}.pt", process)
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
     subprocess.run(
@@ -333,14 +333,6 @@ def test_a_death_while_writing_a_checkpoint_loses_nothing(toy_data, tmp_path, mo
     train(config, toy_data, tmp_path / "killed", resume=True, device="cpu")
     straight, resumed = _model(tmp_path / "straight", 12), _model(tmp_path / "killed", 12)
     assert all(torch.equal(t, resumed[n]) for n, t in straight.items())
-
-
-def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert process.poll() is None, "training ended before it could be killed"
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.01)
 
 
 def _toy_config(*settings: str) -> Config:
@@ -486,7 +478,7 @@ def test_a_signal_to_one_or_all_of_two_processes_stops_both_after_the_same_updat
     resumed pair ends where an uninterrupted pair does."""
     command = _train_command(toy_data, tmp_path, *PAIR, launcher=TORCHRUN)
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    _wait_for(tmp_path / "checkpoints" / "step_00000010.pt", process)
+    wait_for_file(tmp_path / "checkpoints" / "step_00000010.pt", process)
     # Into the updates after that validation: a second was enough for a fast host to train all
     # 30 of them (fused Adam, session 51), so the signal goes at once; one that lands before the
     # next update stops at step 10, whose checkpoint stands (the branch below).

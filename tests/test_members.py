@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -16,7 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import PLUMBING_MODEL, as_set_arguments, prepared_reverse_task
+from tests.conftest import (
+    PLUMBING_MODEL,
+    as_set_arguments,
+    prepared_reverse_task,
+    wait_for_file,
+)
 from transduce.cli import main
 from transduce.config import override, parse_assignments
 from transduce.decoding.translate import Translator
@@ -208,7 +212,7 @@ def _training(command: list[str], out: Path, **popen) -> Iterator[subprocess.Pop
     spawned: list[int] = []
     try:
         for member in ("member1", "member2"):
-            _wait_for(out / member / "checkpoints" / "step_00000010.pt", process)
+            wait_for_file(out / member / "checkpoints" / "step_00000010.pt", process)
         spawned = _members_of(process.pid)
         assert len(spawned) == 2
         yield process
@@ -218,14 +222,6 @@ def _training(command: list[str], out: Path, **popen) -> Iterator[subprocess.Pop
             with suppress(OSError):
                 if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     os.kill(pid, signal.SIGKILL)
-
-
-def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert process.poll() is None, "training ended before it could be stopped"
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.01)
 
 
 def _members_of(pid: int) -> list[int]:
