@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -280,8 +281,16 @@ def killed_at_rename(kill_at: int):
 def wait_for_file(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
     """Until `path` exists (a checkpoint a training `process` writes), failing if the process
     ends first or the time runs out."""
+    wait_for(path.exists, process, str(path), timeout)
+
+
+def wait_for(
+    ready: Callable[[], bool], process: subprocess.Popen, what: str, timeout: float = 120
+) -> None:
+    """Until `ready()` (`what` says what it waits for), failing if `process` ends first or the
+    time runs out."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not ready():
         assert process.poll() is None, "training ended before it could be stopped"
-        assert time.monotonic() < deadline, f"{path} did not appear"
+        assert time.monotonic() < deadline, f"{what} did not appear"
         time.sleep(0.01)

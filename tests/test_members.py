@@ -8,8 +8,11 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,7 @@ from tests.conftest import (
     PLUMBING_MODEL,
     as_set_arguments,
     prepared_reverse_task,
-    wait_for_file,
+    wait_for,
 )
 from transduce.cli import main
 from transduce.config import override, parse_assignments
@@ -153,13 +156,13 @@ def test_a_signal_to_the_command_stops_each_member_once_saved_and_resume_ends_th
     both to the end."""
     out = tmp_path / "run"
     command = _members_command(toy_data, out, "train.max_steps=100000")
-    with _training(command, out, start_new_session=True) as process:
+    with _training(command, out, start_new_session=True) as run:
         if number == signal.SIGINT:
-            os.killpg(process.pid, number)  # as a terminal's Ctrl-C: the whole foreground group
+            os.killpg(run.process.pid, number)  # as a terminal's Ctrl-C: the whole foreground group
         else:
-            os.kill(process.pid, number)
-        _, stderr = process.communicate(timeout=120)
-    assert process.returncode != 0, stderr
+            os.kill(run.process.pid, number)
+        stderr = run.stderr(timeout=120)
+    assert run.process.returncode != 0, stderr
     assert "member1, member2 of" in stderr and "saved and stopped; --resume continues" in stderr
     steps = []
     for member in ("member1", "member2"):
@@ -178,10 +181,10 @@ def test_a_signal_to_the_command_stops_each_member_once_saved_and_resume_ends_th
 def test_members_whose_command_is_killed_save_and_stop(toy_data, tmp_path):
     """A kill -9 of the command leaves no member training on alone: each saves and stops."""
     out = tmp_path / "run"
-    with _training(_members_command(toy_data, out, "train.max_steps=100000"), out) as process:
-        process.kill()
-        _, stderr = process.communicate(timeout=60)  # the pipe ends when the members, its last
-    for member in ("member1", "member2"):  # writers, have ended
+    with _training(_members_command(toy_data, out, "train.max_steps=100000"), out) as run:
+        run.process.kill()
+        stderr = run.stderr(timeout=60)
+    for member in ("member1", "member2"):
         assert re.search(rf"{member} SIGTERM at step \d+: saved", stderr), stderr
 
 
@@ -204,24 +207,52 @@ def _members_command(data: Path, out: Path, *settings: str) -> list[str]:
             "train.valid_every=10", *settings]  # fmt: skip
 
 
+@dataclass
+class _Run:
+    """A training command started, its stderr read as it comes (a pipe nobody reads fills up,
+    and a member writing to it then blocks for good)."""
+
+    process: subprocess.Popen
+    lines: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.process.stderr))
+        self.reader.start()
+
+    def stderr(self, timeout: float) -> str:
+        """All the command wrote, once it and its members (the pipe's last writers) ended."""
+        self.process.wait(timeout)
+        self.reader.join(timeout)
+        assert not self.reader.is_alive(), "a member wrote on after its command ended"
+        return "".join(self.lines)
+
+
 @contextmanager
-def _training(command: list[str], out: Path, **popen) -> Iterator[subprocess.Popen]:
-    """`command` started, once both members have saved update 10; whatever fails, no process
-    of it is left training (a member that outlives a failed test would train on for hours)."""
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, **popen)
+def _training(command: list[str], out: Path, **popen) -> Iterator[_Run]:
+    """`command` started, once both members have saved a step checkpoint (the first, at update
+    10, is gone by update 30 with keep_last 2: a member may start well ahead of the other);
+    whatever fails, no process of it is left training (a member that outlives a failed test
+    would train on for hours)."""
+    run = _Run(subprocess.Popen(command, stderr=subprocess.PIPE, text=True, **popen))
     spawned: list[int] = []
     try:
         for member in ("member1", "member2"):
-            wait_for_file(out / member / "checkpoints" / "step_00000010.pt", process)
-        spawned = _members_of(process.pid)
+            folder = out / member / "checkpoints"
+            saved = partial(_has_step_checkpoint, folder)
+            wait_for(saved, run.process, f"a step checkpoint in {folder}")
+        spawned = _members_of(run.process.pid)
         assert len(spawned) == 2
-        yield process
+        yield run
     finally:
-        process.kill()
+        run.process.kill()
         for pid in spawned:
             with suppress(OSError):
                 if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     os.kill(pid, signal.SIGKILL)
+
+
+def _has_step_checkpoint(folder: Path) -> bool:
+    return any(folder.glob("step_*.pt"))
 
 
 def _members_of(pid: int) -> list[int]:
