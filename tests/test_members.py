@@ -26,6 +26,7 @@ from tests.conftest import (
 )
 from transduce.cli import main
 from transduce.config import override, parse_assignments
+from transduce.decoding.channel import channel_rerank
 from transduce.decoding.translate import Translator
 from transduce.models.ensemble import Ensemble
 from transduce.models.saved import load_vocab, model_paths
@@ -84,6 +85,19 @@ def test_the_folder_decodes_as_the_ensemble_of_its_members(pair, toy_data, tmp_p
     main(["-q", "translate", "--model", str(pair), "--input", str(toy_data / "dev.src.txt"),
           "--output", str(output), "--device", "cpu"])  # fmt: skip
     assert output.read_text().splitlines() == [best[0][0] for best in named.translate(lines)]
+
+
+def test_a_folder_as_the_noisy_channel_is_the_ensemble_of_its_members(pair, toy_data, tmp_path):
+    """`translate --channel OUT`: the reverse model that re-ranks is the members' ensemble."""
+    forward = Translator.load(pair / "member1", device="cpu")
+    lines = (toy_data / "dev.src.txt").read_text().splitlines()
+    named = Translator.load([pair / "member1", pair / "member2"], device="cpu")
+    expected = [ranked[0][0] for ranked in channel_rerank(forward, named, lines, weight=5.0)]
+    output = tmp_path / "dev.hyp"
+    main(["-q", "translate", "--model", str(pair / "member1"), "--channel", str(pair),
+          "--channel-weight", "5", "--input", str(toy_data / "dev.src.txt"),
+          "--output", str(output), "--device", "cpu"])  # fmt: skip
+    assert output.read_text().splitlines() == expected
 
 
 def test_a_server_names_the_ensemble_by_its_folder(pair):
