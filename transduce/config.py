@@ -21,7 +21,7 @@ POSITIONS = ("sinusoidal", "learned")
 # The model settings' dropout rates: the Transformer's three; a recurrent model has the first.
 DROPOUT_RATES = ("dropout", "attention_dropout", "relu_dropout")
 SCHEDULES = ("noam", "constant", "plateau")
-# "auto": bf16 on a GPU (autocast) and on a CPU with bf16 products in hardware (models/bf16.py)
+# "auto": bf16 where it gains: training's (models/bf16.py), decoding's (models/bf16_decoding.py)
 PRECISIONS = ("auto", "fp32", "bf16")
 CELLS = ("lstm", "gru")
 SCORES = ("dot", "general", "concat", "additive")  # Luong et al. 2015's three; Bahdanau et al.'s
@@ -255,6 +255,7 @@ class DecodeConfig:
     terms_beam: int = 8  # the least beam for a sentence with terms (decoding/terms.py)
     no_repeat_ngram: int = 0  # no n-gram of this many tokens twice (decoding/repeats.py); 0: off
     no_unk: bool = False  # never the unknown token (" ⁇ ": a character the vocabulary lacks)
+    precision: str = "auto"  # PRECISIONS, of the search's products on a CPU; `score` keeps fp32
 
     def __post_init__(self) -> None:
         check_types(self, "decode")
@@ -265,6 +266,7 @@ class DecodeConfig:
         _require(0 < self.n_best <= self.beam_size, "decode.n_best must be in 1..beam_size")
         _require(self.batch_size > 0, "decode.batch_size must be positive")
         _require(self.no_repeat_ngram >= 0, "decode.no_repeat_ngram must be >= 0 (0: off)")
+        _require(self.precision in PRECISIONS, f"decode.precision must be one of {PRECISIONS}")
 
 
 @dataclass(frozen=True)
@@ -309,10 +311,8 @@ class Config:
 
     @classmethod
     def from_dict(cls, tree: dict) -> Config:
-        """Read a tree as `to_json` writes it; a section left out takes its defaults.
-
-        Files written before the model section was tagged have no `family`: a Transformer.
-        """
+        """Read a tree as `to_json` writes it; a section left out takes its defaults (a model
+        section without `family`, written before it was tagged: a Transformer)."""
         unknown = set(tree) - set(_SECTIONS)
         _require(not unknown, f"unknown config sections: {sorted(unknown)}")
         parts = {name: _section(name, values) for name, values in tree.items()}

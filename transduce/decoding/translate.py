@@ -14,7 +14,8 @@ from ..config import DecodeConfig, TaskConfig
 from ..data.batching import collate
 from ..data.bpe import Vocab
 from ..lines import sentence_list
-from ..models import Seq2Seq
+from ..models import Seq2Seq, bf16_decoding
+from ..models.bf16_decoding import Bf16Weights, bf16_products
 from ..models.ensemble import load_ensemble
 from ..models.int8 import Int8Weights, int8_products
 from ..models.int8 import available as int8_available
@@ -49,6 +50,7 @@ def decode_ids(
     prefixes: list[Prefix] | None = None,
     terms: list[Terms] | None = None,
     avoid: Terms | None = None,
+    bf16_weights: Bf16Weights | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over id sequences (without EOS), batched by length; results in input order.
     `packed_weights`: a store that keeps the weights packed for oneDNN between calls.
@@ -57,13 +59,17 @@ def decode_ids(
     (`decoding/sampling.py`), drawn from one random stream over all the batches. `prefixes`:
     each source's start of the output (possibly none), forced (`decoding/prefix.py`). `terms`:
     each source's phrases (possibly none) its outputs must hold (`decoding/terms.py`); `avoid`:
-    phrases no output may hold (`decoding/avoid.py`)."""
+    phrases no output may hold (`decoding/avoid.py`). `bf16_weights`: a store that keeps the
+    weights' bfloat16 copies between calls, where `decode.precision` takes that route
+    (`models/bf16_decoding.py`)."""
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     int8 = nullcontext() if int8_weights is None else int8_products(int8_weights)
+    low = bf16_decoding.chosen(decode.precision, device)
+    bf16 = bf16_products(bf16_weights) if low else nullcontext()
     generator = sampling.generator(device) if sampling else None
-    with packed_for_inference(packed_weights), int8:
+    with packed_for_inference(packed_weights), int8, bf16:
         for indices, settings in _beams(order, decode, terms if sampling is None else None):
             for start in range(0, len(indices), settings.batch_size):
                 chunk = indices[start : start + settings.batch_size]
@@ -142,7 +148,8 @@ class Translator:
         int8: bool = False,
     ):
         """`int8`: the large products in int8 (CPU only; `models/int8.py`). An option, not the
-        default: float32 reproduces the model exactly."""
+        default: float32 (or bfloat16's products where `decode.precision` takes them, as
+        training's on such a CPU) keeps the model's outputs."""
         if int8 and device.type != "cpu":
             raise ValueError("int8 decoding is for the CPU; on a GPU, leave it out")
         if int8 and not int8_available:
@@ -152,6 +159,7 @@ class Translator:
         self.packed_weights: PackedWeights | None = None  # see keep_packed_weights
         # Quantized on first use and kept: a translator decodes call after call with them.
         self.int8_weights: Int8Weights | None = {} if int8 else None
+        self.bf16_weights: Bf16Weights = {}  # filled only where decode.precision takes bf16
 
     def glossary(self, entries: Iterable[tuple[str, str]] | Path | str) -> Glossary:
         """A glossary for this model's lines (`decoding/glossary.py`): (source, translation)
@@ -268,6 +276,7 @@ class Translator:
             None if forced is None else [forced[i] for i in todo],
             None if held is None else [held[i] for i in todo],
             self._avoided(avoid, held),
+            self.bf16_weights,
         )
         # Every hypothesis of every line through the task's post-processing at once.
         owners = [(i, h) for i, hyps in zip(todo, hypotheses, strict=True) for h in hyps]

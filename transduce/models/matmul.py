@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from . import bf16, int8
+from . import bf16, bf16_decoding, int8
 from .derived import WeightCopies, copy_of
 
 # oneDNN keeps each product it has compiled in a cache keyed by shape, and so does ideep, its
@@ -177,8 +177,9 @@ def _takes_onednn(x: Tensor, weight: Tensor, grad: bool) -> bool:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """F.linear(x, weight, bias), x (..., K) -> (..., N), through oneDNN where that is faster,
-    in bfloat16 inside `bf16.products` (training with `train.precision=bf16` on a CPU), and in
-    int8 inside `int8.int8_products` (decoding with `--int8`)."""
+    in bfloat16 inside `bf16.products` (training with `train.precision=bf16` on a CPU) and
+    `bf16_decoding.bf16_products` (decoding with `decode.precision=bf16`), and in int8 inside
+    `int8.int8_products` (decoding with `--int8`)."""
     grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, weight, bias)
     )
@@ -187,6 +188,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return bf16.linear(flat, weight, bias).view(*x.shape[:-1], weight.size(0))
     if not grad and int8.active():
         out = int8.maybe_int8(x.reshape(-1, x.size(-1)), weight, bias)
+        if out is not None:
+            return out.view(*x.shape[:-1], weight.size(0))
+    if not grad and bf16_decoding.active():  # what int8 leaves, where both are on
+        out = bf16_decoding.maybe_bf16(x.reshape(-1, x.size(-1)), weight, bias)
         if out is not None:
             return out.view(*x.shape[:-1], weight.size(0))
     if not _takes_onednn(x, weight, grad):

@@ -1,0 +1,118 @@
+"""Decoding's matrix products in bfloat16 on a CPU with AVX-512's bfloat16 dot products
+(`decode.precision=bf16`; `auto` takes it there, `chosen`).
+
+Each weight is rounded once to bfloat16 and prepacked for oneDNN; each product rounds its input
+rows to bfloat16, sums in float32 (the hardware's dot products do) and rounds its output to
+bfloat16, which is raised to float32 before the float32 bias is added: training's products on
+the CPU route of `models/bf16.py`, which a model trained on such a CPU has met at every update.
+The softmaxes, layer norms, attention over the cache and the search's scores stay float32, and
+so does `score` (forced decoding: log-probabilities a user reads as numbers).
+
+On an AMD EPYC of Zen 4 (AVX-512 BF16, no AMX; 2 cores) oneDNN's bfloat16 products ran
+decoding's shapes of `small` 1.9-2.8x as fast as its float32 ones, casts included, and beam
+search of the test set 1.25-1.45x, at the same BLEU (benchmarks/SPEED.md, session 66). With AMX
+(Intel's Xeons from the 4th generation) session 48's prototype, weights cast but not prepacked,
+was not a gain (0.72-1.14x): `auto` leaves those CPUs in float32, where `decode.precision=bf16`
+still takes the route for a user who measures otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+from ..config import ConfigError
+from .derived import WeightCopies, copy_of
+
+PACKED_FOR_ROWS = 64  # the row count oneDNN tunes a packed layout for, as `matmul`'s float32
+
+# A bfloat16 call costs oneDNN ~35-40 us whatever its size (casts included), against ~9-20 us for
+# a small float32 product through MKL, so only products of at least this many multiply-adds
+# (rows x weight entries) take the route. On the Zen 4 (session 66, `small`'s and `tiny`'s
+# decoding shapes, 2 threads): the output projection over 8,000 pieces gained 1.5-2.2x from 64
+# rows (level at 4), a 256 x 768 or 256 x 1,024 layer 1.2-1.5x at 256 rows (level at 64), while
+# `tiny`'s 128-wide layers lost at any row count (0.25-0.9x) and a 256 x 256 one at 64 rows
+# (0.63x). The tests' toys are far below it: they decode in float32 on every CPU.
+MIN_MULTIPLY_ADDS = 1 << 25
+WIDE = 256  # a weight at least this wide both ways takes the route at any row count
+
+_avx512_bf16 = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+_amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+available = torch.backends.mkldnn.is_available() and hasattr(
+    torch.ops.mkldnn, "_reorder_linear_weight"
+)
+
+
+def chosen(precision: str, device: torch.device) -> bool:
+    """Whether decoding on `device` takes this route: `bf16` asked for (on a CPU that
+    multiplies bfloat16 in hardware), or `auto` on a CPU with AVX-512 BF16 and no AMX."""
+    if precision == "fp32":
+        return False
+    if device.type != "cpu":
+        if precision == "bf16":
+            raise ConfigError("decode.precision=bf16 is a CPU route: on a GPU, leave it at auto")
+        return False
+    if precision == "bf16" and not (available and (_avx512_bf16 or _amx)):
+        raise ConfigError(
+            "decode.precision=bf16 needs bfloat16 products in hardware (AVX-512 BF16: AMD Zen 4 "
+            "or later, Intel Cooper Lake; or AMX) and a PyTorch with oneDNN: leave it at auto"
+        )
+    return precision == "bf16" or (precision == "auto" and available and _avx512_bf16 and not _amx)
+
+
+# Each weight's bfloat16 copy, packed for oneDNN, made on its first product
+# (`derived.copy_of`). `_store` is the open context's store, None outside one.
+Bf16Weights = WeightCopies[Tensor]
+_store: Bf16Weights | None = None
+
+
+@contextmanager
+def bf16_products(keep: Bf16Weights | None = None) -> Iterator[None]:
+    """Within: float32 CPU products without gradients run in bfloat16 (`maybe_bf16`).
+
+    A weight's copy is made on its first product and kept in `keep` if given (a translator
+    keeps one for its lifetime), otherwise until the outermost context exits. Like
+    `matmul.packed_for_inference`, not for several threads decoding at once."""
+    global _store
+    if _store is not None:
+        yield
+        return
+    _store = keep if keep is not None else {}
+    try:
+        yield
+    finally:
+        _store = None
+
+
+def active() -> bool:
+    return _store is not None
+
+
+def maybe_bf16(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
+    """x (M, K) @ weight (N, K)^T + bias with the product in bfloat16, float32 in and out; or
+    None where it stays float32: no context open, a product too small to gain, or not float32
+    on the CPU."""
+    if (
+        _store is None
+        or not _worth_it(x.size(0), weight)
+        or not x.dtype == weight.dtype == torch.float32
+        or x.device.type != "cpu"
+        or torch.compiler.is_compiling()
+    ):
+        return None
+    packed = copy_of(_store, weight, _packed_copy)
+    product = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), packed, None, "none", [], "")
+    return product.float() if bias is None else product.float().add_(bias)
+
+
+def _worth_it(rows: int, weight: Tensor) -> bool:
+    return min(weight.shape) >= WIDE or rows * weight.numel() >= MIN_MULTIPLY_ADDS
+
+
+def _packed_copy(weight: Tensor) -> Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(
+        weight.detach().to(torch.bfloat16), PACKED_FOR_ROWS
+    )
