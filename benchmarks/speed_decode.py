@@ -1,4 +1,5 @@
-"""Decoding speed, side by side on the same weights: transduce (float32 and dynamic int8),
+"""Decoding speed, side by side on the same weights: transduce (as `translate` decodes by default,
+`decode.precision=auto`; "transduce fp32" in float32 throughout; dynamic int8),
 Hugging Face `generate` and CTranslate2 (float32 and int8) through `transduce export`, and
 optionally OpenNMT-py on its own model of the same size.
 
@@ -52,13 +53,14 @@ def timed(run):
     return engine
 
 
-def transduce_engine(model, vocab, int8: bool = False):
-    """What `transduce translate [--int8]` runs: one call, the weights packed (and quantized)
-    within it."""
+def transduce_engine(model, vocab, int8: bool = False, precision: str = "auto"):
+    """What `transduce translate [--int8] [--precision P]` runs: one call, the weights packed
+    (and quantized, or rounded to bfloat16 where `precision` takes that route) within it."""
 
     @timed
     def run(sources: list[list[int]], batch: int) -> list[list[int]]:
-        decode = DecodeConfig(beam_size=BEAM, alpha=ALPHA, max_len_b=EXTRA, batch_size=batch)
+        decode = DecodeConfig(beam_size=BEAM, alpha=ALPHA, max_len_b=EXTRA, batch_size=batch,
+                              precision=precision)  # fmt: skip
         int8_weights = {} if int8 else None
         with torch.inference_mode():
             hyps = decode_ids(
@@ -180,6 +182,7 @@ def chosen_engines(args, model, vocab) -> dict:
     builders = {
         "transduce": lambda: transduce_engine(model, vocab),
         "transduce int8": lambda: transduce_engine(model, vocab, int8=True),
+        "transduce fp32": lambda: transduce_engine(model, vocab, precision="fp32"),
         "transduce int8 torch.ao": lambda: transduce_engine(torch_ao_int8(model), vocab),
         "hf generate": hf,
         "ctranslate2": lambda: ctranslate2(ct2_dir),
