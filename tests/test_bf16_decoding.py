@@ -51,11 +51,12 @@ def test_bf16_is_refused_where_it_would_be_emulated_or_on_a_gpu(monkeypatch):
 
 
 def test_only_wide_weights_and_large_products_take_the_route():
-    """A weight 256 wide both ways at any row count; a narrower one from 2^25 multiply-adds
-    (`tiny`'s output projection over 8,000 pieces from 64 rows), never `tiny`'s 128-wide layers
-    at decoding's 4-256 rows, nor the tests' toys."""
+    """A weight 256 wide both ways from 64 rows; a narrower one from 2^25 multiply-adds (`tiny`'s
+    output projection over 8,000 pieces from 64 rows); never a sentence at a time (4 rows) at
+    `small`, nor `tiny`'s 128-wide layers at decoding's 4-256 rows, nor the tests' toys."""
     worth_it = bf16_decoding._worth_it
-    assert worth_it(4, torch.empty(256, 256)) and worth_it(1, torch.empty(8000, 256))
+    assert worth_it(64, torch.empty(256, 256)) and not worth_it(63, torch.empty(256, 256))
+    assert not worth_it(4, torch.empty(8000, 256)) and worth_it(4, torch.empty(32000, 512))
     assert not worth_it(256, torch.empty(512, 128)) and not worth_it(256, torch.empty(384, 128))
     assert worth_it(64, torch.empty(8000, 128)) and not worth_it(4, torch.empty(8000, 128))
     assert not worth_it(256, torch.empty(64, 32))
@@ -64,7 +65,7 @@ def test_only_wide_weights_and_large_products_take_the_route():
 @needs_native
 def test_a_product_rounds_its_inputs_and_output_to_bfloat16_and_adds_the_bias_in_float32():
     torch.manual_seed(0)
-    x, weight, bias = torch.randn(8, 256), torch.randn(256, 256) / 16, torch.randn(256)
+    x, weight, bias = torch.randn(64, 256), torch.randn(256, 256) / 16, torch.randn(256)
     assert maybe_bf16(x, weight, bias) is None  # outside the context: float32's business
     with bf16_products():
         product, with_bias = maybe_bf16(x, weight, None), maybe_bf16(x, weight, bias)
@@ -81,7 +82,7 @@ def test_a_product_rounds_its_inputs_and_output_to_bfloat16_and_adds_the_bias_in
 @needs_native
 def test_only_products_without_gradients_take_it_and_a_changed_weight_is_copied_again():
     torch.manual_seed(0)
-    x, weight = torch.randn(4, 256), torch.randn(256, 256) / 16
+    x, weight = torch.randn(64, 256), torch.randn(256, 256) / 16
     store: bf16_decoding.Bf16Weights = {}
     with torch.no_grad(), bf16_products(store):
         before = linear(x, weight)
@@ -96,9 +97,10 @@ def test_only_products_without_gradients_take_it_and_a_changed_weight_is_copied_
 
 
 @needs_native
-def test_beam_search_in_bfloat16_keeps_float32s_choices_on_a_wide_model():
+def test_beam_search_in_bfloat16_keeps_float32s_choices_on_a_wide_model(monkeypatch):
     """A model 256 wide decodes with every product in bfloat16, when its decode settings say so:
     the beam keeps float32's hypotheses, their scores within bfloat16's rounding."""
+    monkeypatch.setattr(bf16_decoding, "MIN_ROWS", 1)  # the toy's beams are 3-9 rows
     model = tiny_model(dtype=torch.float32, d_model=256, d_ff=512, h=4, d_k=64, d_v=64,
                        vocab_size=300)  # fmt: skip
     model.tgt_embed.tokens.weight.data.mul_(8)  # a sharper output distribution than at random

@@ -8,9 +8,10 @@ the CPU route of `models/bf16.py`, which a model trained on such a CPU has met a
 The softmaxes, layer norms, attention over the cache and the search's scores stay float32, and
 so does `score` (forced decoding: log-probabilities a user reads as numbers).
 
-On an AMD EPYC of Zen 4 (AVX-512 BF16, no AMX; 2 cores) oneDNN's bfloat16 products ran
-decoding's shapes of `small` 1.9-2.8x as fast as its float32 ones, casts included, and beam
-search of the test set 1.25-1.45x, at the same BLEU (benchmarks/SPEED.md, session 66). With AMX
+On an AMD EPYC of Zen 4 (AVX-512 BF16, no AMX; 2 cores) oneDNN's bfloat16 products ran the
+large products of `small`'s decoding 1.5-2.2x as fast as float32's, casts included (small ones
+lose: `MIN_ROWS`), and beam search of the test set at batch 64 1.08-1.3x, BLEU 36.29 against
+36.38 (benchmarks/SPEED.md, session 66). With AMX
 (Intel's Xeons from the 4th generation) session 48's prototype, weights cast but not prepacked,
 was not a gain (0.72-1.14x): `auto` leaves those CPUs in float32, where `decode.precision=bf16`
 still takes the route for a user who measures otherwise.
@@ -30,14 +31,15 @@ from .derived import WeightCopies, copy_of
 PACKED_FOR_ROWS = 64  # the row count oneDNN tunes a packed layout for, as `matmul`'s float32
 
 # A bfloat16 call costs oneDNN ~35-40 us whatever its size (casts included), against ~9-20 us for
-# a small float32 product through MKL, so only products of at least this many multiply-adds
-# (rows x weight entries) take the route. On the Zen 4 (session 66, `small`'s and `tiny`'s
-# decoding shapes, 2 threads): the output projection over 8,000 pieces gained 1.5-2.2x from 64
-# rows (level at 4), a 256 x 768 or 256 x 1,024 layer 1.2-1.5x at 256 rows (level at 64), while
-# `tiny`'s 128-wide layers lost at any row count (0.25-0.9x) and a 256 x 256 one at 64 rows
-# (0.63x). The tests' toys are far below it: they decode in float32 on every CPU.
+# a small float32 product through MKL, so only products that gain take the route: those of at
+# least MIN_ROWS rows with a weight at least WIDE both ways, and any of at least
+# MIN_MULTIPLY_ADDS (rows x weight entries). On the Zen 4 (session 66, 2 threads): the output
+# projection over 8,000 pieces gained 1.5-2.2x from 64 rows; `small`'s 256-wide layers 1.1-1.5x at
+# 256 rows and about level at 64; at 4 rows (a sentence at a time) every product was level
+# (0.83-1.18x), so batch 1 keeps float32's exact outputs; `tiny`'s 128-wide layers lost at any
+# row count (0.25-0.9x). The tests' toys are far below both bars: float32 on every CPU.
+MIN_ROWS, WIDE = 64, 256
 MIN_MULTIPLY_ADDS = 1 << 25
-WIDE = 256  # a weight at least this wide both ways takes the route at any row count
 
 _avx512_bf16 = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
 _amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
@@ -109,7 +111,8 @@ def maybe_bf16(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
 
 
 def _worth_it(rows: int, weight: Tensor) -> bool:
-    return min(weight.shape) >= WIDE or rows * weight.numel() >= MIN_MULTIPLY_ADDS
+    wide = rows >= MIN_ROWS and min(weight.shape) >= WIDE
+    return wide or rows * weight.numel() >= MIN_MULTIPLY_ADDS
 
 
 def _packed_copy(weight: Tensor) -> Tensor:
