@@ -11,22 +11,21 @@ so does `score` (forced decoding: log-probabilities a user reads as numbers).
 On an AMD EPYC of Zen 4 (AVX-512 BF16, no AMX; 2 cores) oneDNN's bfloat16 products ran the
 large products of `small`'s decoding 1.5-2.2x as fast as float32's, casts included (small ones
 lose: `MIN_ROWS`), and beam search of the test set at batch 64 1.08-1.3x, BLEU 36.29 against
-36.38 (benchmarks/SPEED.md, session 66). With AMX
-(Intel's Xeons from the 4th generation) session 48's prototype, weights cast but not prepacked,
-was not a gain (0.72-1.14x): `auto` leaves those CPUs in float32, where `decode.precision=bf16`
-still takes the route for a user who measures otherwise.
+36.38 (benchmarks/SPEED.md, session 66). With AMX (Intel's Xeons from the 4th generation)
+session 48's prototype, weights cast but not prepacked, was not a gain (0.72-1.14x): `auto`
+leaves those CPUs in float32, where `decode.precision=bf16` still takes the route for a user
+who measures otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import torch
 from torch import Tensor
 
 from ..config import ConfigError
-from .derived import WeightCopies, copy_of
+from .derived import CopyScope, WeightCopies, copy_of
 
 PACKED_FOR_ROWS = 64  # the row count oneDNN tunes a packed layout for, as `matmul`'s float32
 
@@ -66,46 +65,37 @@ def chosen(precision: str, device: torch.device) -> bool:
 
 
 # Each weight's bfloat16 copy, packed for oneDNN, made on its first product
-# (`derived.copy_of`). `_store` is the open context's store, None outside one.
+# (`derived.copy_of`), in the open context's store.
 Bf16Weights = WeightCopies[Tensor]
-_store: Bf16Weights | None = None
+_copies: CopyScope[Tensor] = CopyScope()
 
 
-@contextmanager
-def bf16_products(keep: Bf16Weights | None = None) -> Iterator[None]:
+def bf16_products(keep: Bf16Weights | None = None) -> AbstractContextManager[None]:
     """Within: float32 CPU products without gradients run in bfloat16 (`maybe_bf16`).
 
     A weight's copy is made on its first product and kept in `keep` if given (a translator
-    keeps one for its lifetime), otherwise until the outermost context exits. Like
-    `matmul.packed_for_inference`, not for several threads decoding at once."""
-    global _store
-    if _store is not None:
-        yield
-        return
-    _store = keep if keep is not None else {}
-    try:
-        yield
-    finally:
-        _store = None
+    keeps one for its lifetime), otherwise until the outermost context exits (`CopyScope`)."""
+    return _copies.open(keep)
 
 
 def active() -> bool:
-    return _store is not None
+    return _copies.store is not None
 
 
 def maybe_bf16(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
     """x (M, K) @ weight (N, K)^T + bias with the product in bfloat16, float32 in and out; or
     None where it stays float32: no context open, a product too small to gain, or not float32
     on the CPU."""
+    store = _copies.store
     if (
-        _store is None
+        store is None
         or not _worth_it(x.size(0), weight)
         or not x.dtype == weight.dtype == torch.float32
         or x.device.type != "cpu"
         or torch.compiler.is_compiling()
     ):
         return None
-    packed = copy_of(_store, weight, _packed_copy)
+    packed = copy_of(store, weight, _packed_copy)
     product = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), packed, None, "none", [], "")
     return product.float() if bias is None else product.float().add_(bias)
 

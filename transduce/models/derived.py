@@ -1,10 +1,12 @@
-"""Copies of weights made for decoding (prepacked for oneDNN, rounded to int8), kept from one
-product to the next by the weight's identity and made again when the weight changes in place."""
+"""Copies of weights made for decoding (prepacked for oneDNN, rounded to int8 or bfloat16), kept
+from one product to the next by the weight's identity and made again when the weight changes in
+place."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Generic, TypeVar
 
 from torch import Tensor
 
@@ -33,3 +35,25 @@ def state_of(weight: Tensor) -> tuple[int, int]:
     """Where a weight's data is and how often it was changed in place: `.to()` and `.double()`
     move the data, an optimizer's step changes the version (inference tensors have none)."""
     return weight.data_ptr(), -1 if weight.is_inference() else weight._version
+
+
+class CopyScope(Generic[T]):
+    """One kind of copies (quantized, rounded) while a context of it is open: `store` is the
+    outermost open context's, None outside one. A nested context uses the outer one's store.
+    Not for several threads decoding at once: the first to leave closes the others' store."""
+
+    def __init__(self) -> None:
+        self.store: WeightCopies[T] | None = None
+
+    @contextmanager
+    def open(self, keep: WeightCopies[T] | None = None) -> Iterator[None]:
+        """Within: `store` is `keep` if given (a store that outlives the context, as a
+        translator's), else a new one dropped when the outermost context exits."""
+        if self.store is not None:
+            yield
+            return
+        self.store = keep if keep is not None else {}
+        try:
+            yield
+        finally:
+            self.store = None

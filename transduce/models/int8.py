@@ -23,14 +23,13 @@ VNNI the bar is higher and a sentence at a time stays float32 (session 26).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .derived import WeightCopies, copy_of
+from .derived import CopyScope, WeightCopies, copy_of
 
 _vnni = getattr(torch.cpu, "_is_vnni_supported", lambda: False)()
 
@@ -70,39 +69,31 @@ class Int8Weight:
         return cls(torch.ops.onednn.qlinear_prepack(q, None), scales, zeros)
 
 
-# Each weight's Int8Weight, made on its first product (`derived.copy_of`). `_store` is the open
-# context's store, None outside one.
+# Each weight's Int8Weight, made on its first product (`derived.copy_of`), in the open
+# context's store.
 Int8Weights = WeightCopies[Int8Weight]
-_store: Int8Weights | None = None
+_copies: CopyScope[Int8Weight] = CopyScope()
 
 
-@contextmanager
-def int8_products(keep: Int8Weights | None = None) -> Iterator[None]:
+def int8_products(keep: Int8Weights | None = None) -> AbstractContextManager[None]:
     """Within: large float32 CPU products without gradients run in int8 (`maybe_int8`).
 
     A weight is quantized on its first product and kept in `keep` if given (a translator keeps
-    one for its lifetime), otherwise until the outermost context exits. Like
-    `matmul.packed_for_inference`, not for several threads decoding at once."""
-    global _store
-    if _store is not None or not available:
-        yield
-        return
-    _store = keep if keep is not None else {}
-    try:
-        yield
-    finally:
-        _store = None
+    one for its lifetime), otherwise until the outermost context exits (`CopyScope`). Without
+    oneDNN's int8 it opens nothing."""
+    return _copies.open(keep) if available else nullcontext()
 
 
 def active() -> bool:
-    return _store is not None
+    return _copies.store is not None
 
 
 def maybe_int8(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
     """x (M, K) @ weight (N, K)^T + bias in int8, or None where it stays float32: no context
     open, not float32 on the CPU, or a product too small to gain (see the module's doc)."""
+    store = _copies.store
     if (
-        _store is None
+        store is None
         or not _worth_it(x.size(0), weight.numel())
         or not x.dtype == weight.dtype == torch.float32
         or x.device.type != "cpu"
@@ -110,7 +101,7 @@ def maybe_int8(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
     ):
         return None
     q_x, scale, zero_point = _quantized_rows(x)
-    w = copy_of(_store, weight, Int8Weight.of)
+    w = copy_of(store, weight, Int8Weight.of)
     return torch.ops.onednn.qlinear_pointwise(
         q_x, scale, zero_point, w.packed, w.scales, w.zero_points, bias,
         1.0, 0, torch.float32, "none", [], "",
