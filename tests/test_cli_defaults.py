@@ -223,7 +223,7 @@ def test_serve_on_a_thread_loads_the_engine_on_the_device_and_in_int8_as_asked(m
         engine=engine))  # fmt: skip
     monkeypatch.setattr(engine_module.Engine, "load", staticmethod(lambda *given: given))
     _run("serve", "--model", "m.pt", "--decoder", "thread", "--device", "cpu", "--int8")
-    assert seen["engine"] == ([Path("m.pt")], "cpu", True, None)  # no channel model
+    assert seen["engine"] == ([Path("m.pt")], "cpu", True, None, None)  # no channel, the run's
 
 
 def _failing(monkeypatch, error: BaseException) -> None:

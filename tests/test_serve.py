@@ -27,6 +27,7 @@ from transduce.viz.alignment import pharaoh, translate_with_alignments  # noqa: 
 from transduce.viz.capture import sentence_attention  # noqa: E402
 from transduce.viz.page import page_data  # noqa: E402
 
+from .conftest import save_toy_model  # noqa: E402
 from .serving import DECODE, Gate, metric, sentences, toy_engine  # noqa: E402
 
 
@@ -123,6 +124,26 @@ def test_the_engine_packs_its_weights_once_not_once_per_request(engine, monkeypa
         assert all(store[key][2] is tensor for key, tensor in packed.items())  # the same copies
     finally:
         matmul.use_onednn(old)
+
+
+def test_the_engine_decodes_with_the_precision_asked_and_refuses_an_impossible_one_at_start(
+    tmp_path, monkeypatch
+):
+    """`serve --precision`: the requests' decoding settings carry it; one this CPU cannot run
+    stops the server before it listens, not at its first request."""
+    from transduce.config import ConfigError
+    from transduce.models import bf16_decoding
+    from transduce.serve.engine import Engine
+
+    path = save_toy_model(tmp_path, DECODE)
+    assert Engine.load(path).facts.decode.precision == DECODE.precision  # the run's
+    engine = Engine.load(path, precision="fp32")
+    assert engine.facts.decode.precision == "fp32"
+    assert engine.facts.decode_config(None, 1, None).precision == "fp32"
+    monkeypatch.setattr(bf16_decoding, "_avx512_bf16", False)
+    monkeypatch.setattr(bf16_decoding, "_amx", False)
+    with pytest.raises(ConfigError, match="needs bfloat16 products in hardware"):
+        Engine.load(path, precision="bf16")
 
 
 def test_the_answer_carries_the_best_its_n_best_the_model_and_the_time(served):
@@ -264,9 +285,9 @@ def test_attention_takes_the_asked_layer_its_pieces_and_a_target_without_spaces(
 
 
 def test_the_serve_verb_hands_its_flags_to_the_decoder_and_the_server(monkeypatch):
-    """`transduce serve`: the model, device, int8, threads and channel model reach the decoding
-    process (or the thread's engine and torch), every setting the server, and bad threads a
-    message."""
+    """`transduce serve`: the model, device, int8, threads, channel model and precision reach the
+    decoding process (or the thread's engine and torch), every setting the server, and bad
+    threads a message."""
     import transduce.serve.engine as engine_module
     import transduce.serve.server as server_module
     import transduce.serve.worker as worker_module
@@ -275,16 +296,18 @@ def test_the_serve_verb_hands_its_flags_to_the_decoder_and_the_server(monkeypatc
     seen = {}
     monkeypatch.setattr(server_module, "serve", lambda engine, settings, quiet: seen.update(
         engine=engine, settings=settings, quiet=quiet))  # fmt: skip
-    monkeypatch.setattr(worker_module, "DecoderProcess",
-                        lambda *given, channel: ("process", given, channel))  # fmt: skip
+    monkeypatch.setattr(worker_module, "DecoderProcess", lambda *given, channel, precision: (
+        "process", given, channel, precision))  # fmt: skip
     monkeypatch.setattr(engine_module.Engine, "load", staticmethod(lambda *a: ("thread", a)))
     monkeypatch.setattr(torch, "set_num_threads", lambda n: seen.update(threads=n))
     main(["-q", "serve", "--model", "m.pt", "--device", "cpu", "--int8", "--threads", "2",
-          "--port", "8123", "--max-sentences", "7", "--batch-wait-ms", "3"])  # fmt: skip
-    assert seen["engine"] == ("process", ([Path("m.pt")], "cpu", True, 2), None) and seen["quiet"]
+          "--port", "8123", "--max-sentences", "7", "--batch-wait-ms", "3",
+          "--precision", "fp32"])  # fmt: skip
+    assert seen["engine"] == ("process", ([Path("m.pt")], "cpu", True, 2), None, "fp32")
+    assert seen["quiet"]
     assert seen["settings"] == replace(ServeSettings(), port=8123, max_sentences=7, batch_wait_ms=3)
     main(["serve", "--model", "m.pt", "--decoder", "thread", "--threads", "3", "--channel", "r"])
-    assert seen["engine"] == ("thread", ([Path("m.pt")], None, False, Path("r")))
+    assert seen["engine"] == ("thread", ([Path("m.pt")], None, False, Path("r"), None))
     assert seen["threads"] == 3
     assert not seen["quiet"] and seen["settings"] == ServeSettings()
     main(["serve", "--model", "a.pt", "--model", "b.pt", "--channel", "r"])  # an ensemble
@@ -292,6 +315,7 @@ def test_the_serve_verb_hands_its_flags_to_the_decoder_and_the_server(monkeypatc
         "process",
         ([Path("a.pt"), Path("b.pt")], None, False, None),
         Path("r"),
+        None,
     )
     with pytest.raises(SystemExit, match="--threads must be at least 1, not 0"):
         main(["serve", "--model", "m.pt", "--threads", "0"])

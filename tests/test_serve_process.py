@@ -243,9 +243,9 @@ def test_the_decoding_process_sets_torchs_threads_as_asked_before_it_loads(monke
     ours.send(None)  # stop as soon as it has loaded
     before = signal.getsignal(signal.SIGINT)
     try:
-        worker._decode_forever(theirs, ["m.pt"], "cpu", False, threads)
+        worker._decode_forever(theirs, ["m.pt"], "cpu", False, threads, None, "fp32")
     finally:
         signal.signal(signal.SIGINT, before)  # the child ignores Ctrl-C; this process must not
     assert ours.recv() == ("ok", "the facts")
-    load = ("load", (["m.pt"], "cpu", False, None))  # no channel model
+    load = ("load", (["m.pt"], "cpu", False, None, "fp32"))  # no channel model; the precision
     assert order == ([("threads", 3), load] if threads else [load])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+from ..config import PRECISIONS
 from .common import add_models_argument
 
 
@@ -22,6 +23,12 @@ def add_verbs(verbs) -> None:
     add_models_argument(p)
     p.add_argument("--device")
     p.add_argument("--int8", action="store_true", help="CPU only: the large products in int8")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="the search's large products on a CPU, as `translate --precision` (default: the "
+        "run's decode.precision, auto)",
+    )
     p.add_argument(
         "--channel",
         type=Path,
@@ -66,11 +73,11 @@ def _serve(args) -> None:
         raise ValueError(f"--threads must be at least 1, not {args.threads}")
     if args.decoder == "process":
         engine = DecoderProcess(args.model, args.device, args.int8, args.threads,
-                                channel=args.channel)  # fmt: skip
+                                channel=args.channel, precision=args.precision)  # fmt: skip
     else:
         if args.threads:
             import torch
 
             torch.set_num_threads(args.threads)
-        engine = Engine.load(args.model, args.device, args.int8, args.channel)
+        engine = Engine.load(args.model, args.device, args.int8, args.channel, args.precision)
     serve(engine, settings, quiet=args.quiet)

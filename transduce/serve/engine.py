@@ -21,7 +21,7 @@ from ..decoding.repeats import NO_REPEATS_IN_TREES
 from ..decoding.sampling import Sampling
 from ..decoding.terms import parse_terms
 from ..decoding.translate import Translator
-from ..models import count_parameters
+from ..models import bf16_decoding, count_parameters
 from ..models.ensemble import AttendDifferently
 from ..models.saved import given_paths, model_paths
 from ..tasks.translation import TRANSLATION
@@ -178,14 +178,19 @@ class Engine:
         device: str | None = None,
         int8: bool = False,
         channel: Path | str | None = None,
+        precision: str | None = None,
     ) -> Engine:
         """A run folder or a checkpoint file, named by its folder or file name; several of them,
         their ensemble (as `transduce translate --model A --model B`), named "A+B"; the folder of an
         ensemble trained at once (`train --members`), by its name. `channel`:
-        a model of the reverse direction, for `channel_weight` (as `translate --channel`)."""
+        a model of the reverse direction, for `channel_weight` (as `translate --channel`).
+        `precision`: the search's products (`decode.precision`; None: the run's), checked now."""
         given = given_paths(model)
         paths = model_paths(given)
         translator = Translator.load(paths, device=device, int8=int8)
+        if precision is not None:
+            translator.decode = replace(translator.decode, precision=precision)
+        bf16_decoding.chosen(translator.decode.precision, translator.device)  # refused at start
         names = [path.name for path in paths]
         one_folder = len(given) == 1 and len(paths) > 1  # `train --members`: member1, member2
         if len(set(names)) < len(names) or one_folder:  # runs/a/average.pt, runs/b/average.pt

@@ -38,7 +38,8 @@ class DecoderProcess:
     """`Engine`'s `translate`, `score` and `attention`, run by a child process that loads the model.
 
     One call at a time (the batcher has one worker thread; a lock keeps it so for any caller).
-    `child_main` is what the child runs, given (pipe, models, device, int8, threads, channel): one
+    `child_main` is what the child runs, given (pipe, models, device, int8, threads, channel,
+    precision): one
     the child can import (tests pass one that dies). Several models: their ensemble."""
 
     def __init__(
@@ -49,9 +50,11 @@ class DecoderProcess:
         threads: int | None = None,
         child_main: Callable[..., None] | None = None,
         channel: Path | str | None = None,
+        precision: str | None = None,
     ) -> None:
         paths = [str(path) for path in given_paths(model)]  # expanded by Engine.load
-        self._spec = (paths, device, int8, threads, None if channel is None else str(channel))
+        reverse = None if channel is None else str(channel)
+        self._spec = (paths, device, int8, threads, reverse, precision)
         self._child_main = child_main or _decode_forever
         self._lock = threading.Lock()
         self._process: multiprocessing.process.BaseProcess | None = None
@@ -161,6 +164,7 @@ def _decode_forever(
     int8: bool,
     threads: int | None,
     channel: str | None = None,
+    precision: str | None = None,
 ) -> None:
     """The child: load the model (several: their ensemble), send its facts, then answer
     (method, works) until told to stop (None) or the server has gone (the pipe closed)."""
@@ -170,7 +174,7 @@ def _decode_forever(
     if threads:
         torch.set_num_threads(threads)
     try:
-        engine = Engine.load(models, device, int8, channel)
+        engine = Engine.load(models, device, int8, channel, precision)
     except Exception as error:
         pipe.send(("error", _picklable(error)))
         return
