@@ -147,12 +147,12 @@ def test_packed_weights_give_the_same_products_and_never_go_stale(onednn_calls):
     with torch.no_grad():
         plain = layer(x)
         with matmul.packed_for_inference():
-            assert matmul._packed == {}  # packed on first use, not before
+            assert matmul._packing.store == {}  # packed on first use, not before
             packed = layer(x)
-            assert len(matmul._packed) == 1
+            assert len(matmul._packing.store) == 1
             layer.weight.add_(1.0)  # an optimizer step inside: packed afresh
             changed = layer(x)
-        assert matmul._packed is None  # dropped on exit
+        assert matmul._packing.store is None  # dropped on exit
     assert onednn_calls == ["plain", "packed", "packed"]
     torch.testing.assert_close(packed, plain, rtol=0, atol=0)
     torch.testing.assert_close(changed, plain + x.sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
@@ -191,9 +191,9 @@ def test_packed_weights_are_dropped_by_the_outermost_exit_even_on_error(onednn_c
     with torch.no_grad(), pytest.raises(KeyboardInterrupt), matmul.packed_for_inference():
         with matmul.packed_for_inference():
             layer(torch.randn(2, 8))
-        assert len(matmul._packed) == 1  # the inner exit keeps them
+        assert len(matmul._packing.store) == 1  # the inner exit keeps them
         raise KeyboardInterrupt
-    assert matmul._packed is None
+    assert matmul._packing.store is None
 
 
 def test_a_kept_store_carries_the_packed_weights_from_call_to_call(onednn_calls):
@@ -206,7 +206,7 @@ def test_a_kept_store_carries_the_packed_weights_from_call_to_call(onednn_calls)
             first = layer(x)
         ((_, _, packed),) = store.values()
         with matmul.packed_for_inference(), matmul.packed_for_inference(store):
-            assert matmul._packed is not store  # nested: the outer context's store serves
+            assert matmul._packing.store is not store  # nested: the outer context's store serves
         with matmul.packed_for_inference(store):
             again = layer(x)
         assert store[id(layer.weight)][2] is packed  # not packed a second time

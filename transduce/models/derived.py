@@ -38,7 +38,7 @@ def state_of(weight: Tensor) -> tuple[int, int]:
 
 
 class CopyScope(Generic[T]):
-    """One kind of copies (quantized, rounded) while a context of it is open: `store` is the
+    """One kind of copies (packed, quantized, rounded) while a context of it is open: `store` is the
     outermost open context's, None outside one. A nested context uses the outer one's store.
     Not for several threads decoding at once: the first to leave closes the others' store."""
 

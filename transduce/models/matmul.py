@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from . import bf16, bf16_decoding, int8
-from .derived import WeightCopies, copy_of
+from .derived import CopyScope, WeightCopies, copy_of
 
 # oneDNN keeps each product it has compiled in a cache keyed by shape, and so does ideep, its
 # wrapper inside PyTorch; 1,024 entries each by default. Training's row counts change every
@@ -94,10 +93,9 @@ _enabled = _chosen_route()
 _can_pack = _available and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 # Decoding's weights reordered into oneDNN's blocked layout, made on first use inside
-# `packed_for_inference` (`derived.copy_of`). `_packed` is the store of the outermost context
-# while one is open, None outside.
+# `packed_for_inference` (`derived.copy_of`), in the open context's store.
 PackedWeights = WeightCopies[Tensor]
-_packed: PackedWeights | None = None
+_packing: CopyScope[Tensor] = CopyScope()
 PACKED_FOR_ROWS = 64  # the row count oneDNN tunes the layout for; 4-256 rows gain alike
 
 # Without gradients, a product of at most this many rows by a weight of at most this many
@@ -206,17 +204,17 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 def _packed_or_plain(weight: Tensor) -> Tensor:
     # Inference tensors have no version counter to check staleness by: they are read unpacked.
-    if _packed is None or not _can_pack or weight.is_inference():
+    store = _packing.store
+    if store is None or not _can_pack or weight.is_inference():
         return weight
-    return copy_of(_packed, weight, _packed_copy)
+    return copy_of(store, weight, _packed_copy)
 
 
 def _packed_copy(weight: Tensor) -> Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACKED_FOR_ROWS)
 
 
-@contextmanager
-def packed_for_inference(keep: PackedWeights | None = None) -> Iterator[None]:
+def packed_for_inference(keep: PackedWeights | None = None) -> AbstractContextManager[None]:
     """Within: products without gradients read their weights prepacked for oneDNN.
 
     Decoding runs the same weights through thousands of small products, and oneDNN otherwise
@@ -230,15 +228,7 @@ def packed_for_inference(keep: PackedWeights | None = None) -> Iterator[None]:
     the outer one's store. Not for several threads decoding at once: the first to leave closes
     the others' store (they stay correct, only slower).
     """
-    global _packed
-    if _packed is not None:
-        yield
-        return
-    _packed = keep if keep is not None else {}
-    try:
-        yield
-    finally:
-        _packed = None
+    return _packing.open(keep)
 
 
 class Linear(nn.Linear):
