@@ -242,6 +242,32 @@ def test_average_writes_a_loadable_model(toy_run, tmp_path, capsys, monkeypatch)
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
+def test_translate_says_when_its_products_take_bfloat16_and_refuses_an_impossible_precision(
+    toy_run, monkeypatch, caplog
+):
+    """On a CPU with AVX-512 BF16 (pretended: the toy's products are all below the route's bars,
+    so any CPU decodes them) the log says so and how to keep float32; `--precision bf16` on a
+    CPU that would emulate bfloat16 is refused before any input is read."""
+    from transduce.models import bf16_decoding
+
+    monkeypatch.setattr(bf16_decoding, "available", True)
+    monkeypatch.setattr(bf16_decoding, "_avx512_bf16", True)
+    monkeypatch.setattr(bf16_decoding, "_amx", False)
+    with caplog.at_level("INFO", logger="transduce"):
+        run("translate", "--model", toy_run / "run", stdin=b"a b\n", monkeypatch=monkeypatch)
+        assert "large products in bfloat16 (decode.precision=auto; --precision fp32" in caplog.text
+        caplog.clear()
+        run("translate", "--model", toy_run / "run", "--precision", "fp32", stdin=b"a b\n",
+            monkeypatch=monkeypatch)  # fmt: skip
+        assert "bfloat16" not in caplog.text
+    monkeypatch.setattr(bf16_decoding, "_avx512_bf16", False)
+    unread = io.TextIOWrapper(io.BytesIO(b"a b\n"))
+    monkeypatch.setattr(sys, "stdin", unread)
+    with pytest.raises(SystemExit, match="needs bfloat16 products in hardware"):
+        main(["translate", "--model", str(toy_run / "run"), "--precision", "bf16"])
+    assert unread.read() == "a b\n"  # refused before the input was read
+
+
 def test_average_never_writes_over_a_runs_checkpoints(toy_run, tmp_path, caplog):
     """`--out` inside checkpoints/ would replace a step that index.json still lists."""
     from transduce.training.checkpoint import CheckpointStore

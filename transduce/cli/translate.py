@@ -148,6 +148,14 @@ def _check_channel(args, sampling) -> None:
                          "--alignments")  # fmt: skip
 
 
+def _say_precision(decode, device) -> None:
+    from ..models import bf16_decoding
+
+    if bf16_decoding.chosen(decode.precision, device):
+        logger.info("the search's large products in bfloat16 (decode.precision=%s; "
+                    "--precision fp32 keeps float32)", decode.precision)  # fmt: skip
+
+
 def _translate(args) -> None:
     from ..decoding.translate import Translator
 
@@ -180,6 +188,7 @@ def _translate(args) -> None:
         "precision": args.precision,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
+    _say_precision(decode, translator.device)  # and refuse one this CPU cannot run, before input
     groups = _groups(args, guides)
     output, links, done = _Sink(args.output), _Sink(args.alignments_out), 0
     try:
