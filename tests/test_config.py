@@ -56,6 +56,9 @@ def test_invalid_values_name_the_field():
     for rate in ("1.0", "-0.1"):
         with pytest.raises(ConfigError, match=r"data\.bpe_dropout must be in \[0, 1\)"):
             override(base(), {"data.bpe_dropout": rate})
+    for share in ("1.0", "-0.1"):
+        with pytest.raises(ConfigError, match=r"train\.both_ways must be in \[0, 1\)"):
+            override(base(), {"train.both_ways": share})
     with pytest.raises(ConfigError, match=r"train\.cooldown must be in \[0, 1\]"):
         override(base(), {"train.cooldown": "1.5"})
     with pytest.raises(ConfigError, match="unknown preset"):

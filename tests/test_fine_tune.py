@@ -189,9 +189,11 @@ def test_the_run_starts_from_the_saved_weights_and_its_recipe(pretrained):
 
 
 def test_the_budget_the_update_counts_and_the_machine_are_not_inherited(tmp_path, pretrained):
-    """The saved run's limits, late dropout and precision describe that run and its host."""
+    """The saved run's limits, late dropout, bidirectional share and precision describe that
+    run and its host."""
     saved = load_model(pretrained / "run")
     odd = {"max_steps": 4, "max_minutes": 20.0, "max_epochs": 3, "late_dropout": 800}
+    odd |= {"both_ways": 0.3}
     odd |= {"rdrop": 1.0, "rdrop_after": 300, "precision": "bf16", "threads": 1, "compile": "on"}
     state = load(saved.path)
     state["config"] = replace(saved.config, train=replace(saved.config.train, **odd)).to_json()

@@ -40,10 +40,8 @@ class TransformerConfig:
 
     family: str = "transformer"
     n_layers: int = 6  # N, for the encoder and the decoder stack alike
-    # The decoder's N where it differs from the encoder's (0: the same N, as in the paper). A deep
-    # encoder and a shallow decoder (Kasai et al. 2021) decode faster, since a search step runs
-    # only the decoder's layers: 7+2 against `demo`'s 4+4, 1.34x at the cost of 1.6 BLEU after
-    # 720 updates (benchmarks/RESULTS.md).
+    # The decoder's N where not the encoder's (0: the same, as the paper). A deep encoder and a
+    # shallow decoder (Kasai et al. 2021) decode faster: 7+2 1.34x `demo`'s 4+4, 1.6 BLEU lower.
     n_decoder_layers: int = 0
     d_model: int = 512
     d_ff: int = 2048
@@ -184,13 +182,14 @@ class TrainConfig:
     # Late dropout (Liu et al. 2023): this many first updates train without the model's dropout,
     # which only slows a young model and keeps an older one from overfitting a small corpus.
     late_dropout: int = 0
-    # R-Drop (Liang et al. 2021; training/rdrop.py): each batch passes twice under independent
-    # dropout and the loss adds alpha/2 times the two predictions' symmetric KL, `rdrop` = alpha
-    # as the paper's (5 for its IWSLT runs); an update costs 2.3 at `tiny`. 0 = off, as in s5.4.
+    # R-Drop (Liang et al. 2021; training/rdrop.py): two passes under independent dropout, the
+    # loss plus alpha/2 times their symmetric KL; `rdrop` = alpha (5 for IWSLT). 0 = off (s5.4).
     rdrop: float = 0.0
-    # This many first updates train without R-Drop, as late dropout's do without dropout (R-Drop
-    # never runs while late dropout holds dropout off: its two passes would be one, twice).
+    # This many first updates train without R-Drop (never while late dropout holds dropout off).
     rdrop_after: int = 0
+    # Bidirectional training (Ding et al. 2021): the epochs begun in this first fraction of the
+    # budget train on the pairs both ways, target -> source too, then source -> target alone.
+    both_ways: float = 0.0
     accumulate: int = 1  # batches per update: 8 imitates the paper's 8 devices on one
     max_steps: int = 100000  # updates; the base model trains 100k (s5.2)
     max_epochs: int = 0  # 0 = no limit
@@ -225,6 +224,7 @@ class TrainConfig:
         _require(0.0 <= self.rdrop < float("inf"), "train.rdrop must be >= 0 and finite (0: off)")
         _require(self.rdrop_after >= 0, "train.rdrop_after must be >= 0 (0: from the start)")
         _require(self.rdrop > 0 or not self.rdrop_after, "train.rdrop_after needs train.rdrop > 0")
+        _require(0.0 <= self.both_ways < 1.0, "train.both_ways must be in [0, 1) (0: one way)")
         _require(self.accumulate > 0, "train.accumulate must be positive")
         _require(self.max_steps > 0, "train.max_steps must be positive")
         _require(self.max_epochs >= 0, "train.max_epochs must be >= 0 (0: no limit)")

@@ -96,6 +96,18 @@ class EncodedSplit:
         """The pairs of one batch, ready for `batching.collate`."""
         return [self.pair(i) for i in indices]
 
+    def both_ways(self) -> EncodedSplit:
+        """The pairs, then each pair reversed (target -> source), from the same lines: the data
+        of bidirectional training (`train.both_ways`). The vocabulary is joint, so a reversed
+        pair is encoded as it stands."""
+        return EncodedSplit(
+            np.concatenate([self.src_ids, self.tgt_ids]),
+            np.concatenate([self.src_offsets, self.src_offsets[-1] + self.tgt_offsets[1:]]),
+            np.concatenate([self.tgt_ids, self.src_ids]),
+            np.concatenate([self.tgt_offsets, self.tgt_offsets[-1] + self.src_offsets[1:]]),
+            np.concatenate([self.index, self.index]),
+        )
+
 
 class PreparedData:
     """A folder written by `prepare`: the vocabulary, encoded splits and dev/test text."""

@@ -13,6 +13,10 @@ processes: sentencepiece's sampling draws from a generator that its seed does no
 process to the next (found in session 37), so a run resumed by a new process meets a new
 segmentation of the epoch under way (the checkpoint's batch fingerprint warns of it;
 training/resume.py), and several training processes are refused.
+
+With `train.both_ways` the first epochs see each pair twice, as it is and reversed (bidirectional
+training, Ding et al. 2021, "Improving Neural Machine Translation by Bidirectional Training"):
+the model learns the target language's side as a source too, before it turns to the one direction.
 """
 
 from __future__ import annotations
@@ -57,7 +61,11 @@ class TrainingEpochs:
         self._warned_of_skips = False  # the first sampler warns of over-long examples
         self._fixed = self._sampler_for(split) if data.bpe_dropout == 0 else None
         self._text: tuple[list[str], list[str]] | None = None
-        self._current: tuple[int, EncodedSplit, TokenBatchSampler] | None = None
+        self._current: tuple[tuple[int, bool], EncodedSplit, TokenBatchSampler] | None = None
+        # The epochs before this one see each pair both ways (`train.both_ways`; the training
+        # loop moves it on as it decides each epoch), and the fixed split's both ways.
+        self.both_ways_epochs = 0
+        self._both_ways: tuple[EncodedSplit, TokenBatchSampler] | None = None
 
     def split(self, epoch: int) -> EncodedSplit:
         return self._epoch(epoch)[0]
@@ -78,12 +86,20 @@ class TrainingEpochs:
             yield split.pairs(indices)
 
     def _epoch(self, epoch: int) -> tuple[EncodedSplit, TokenBatchSampler]:
-        if self._fixed is not None:
+        both_ways = epoch < self.both_ways_epochs
+        if self._fixed is not None and not both_ways:
+            self._both_ways = None  # its last epoch is over
             return self._split, self._fixed
-        if self._current is None or self._current[0] != epoch:
+        if self._fixed is not None:
+            if self._both_ways is None:
+                split = self._split.both_ways()
+                self._both_ways = (split, self._sampler_for(split))
+            return self._both_ways
+        if self._current is None or self._current[0] != (epoch, both_ways):
             # One epoch is held; batches already handed out keep their own arrays.
             split = self._resegment(epoch)
-            self._current = (epoch, split, self._sampler_for(split))
+            split = split.both_ways() if both_ways else split
+            self._current = ((epoch, both_ways), split, self._sampler_for(split))
         return self._current[1], self._current[2]
 
     def _sampler_for(self, split: EncodedSplit) -> TokenBatchSampler:

@@ -32,6 +32,7 @@ from ..models.dropout import LateDropout
 from ..runtime import pick_device
 from ..tasks import get_task, resolve_config
 from . import distributed
+from .both_ways import BothWays
 from .checkpoint import AVERAGE_FILE, CheckpointStore, average, save, steps_to_average
 from .compiled import compile_layers, compiles
 from .rdrop import RDropUpdates
@@ -117,7 +118,7 @@ class Trainer:
         self.store = CheckpointStore(run_dir, self.config.train.keep_last)
         self.progress = Progress(world=self.processes.world)
         self._consecutive_bad = 0
-        self._epoch_batches = (-1, 0)  # (epoch, its number of batches), for `_budget_used`
+        self._epoch_batches = ((-1, 0), 0)  # ((epoch, way), its batches), for `_budget_used`
         self._validate_first = False  # a validation to redo: it failed when the run stopped
         self._resumed_stopped = False  # from a stopped file (an old one: no step file of its step)
         self.stops = StopRequests()
@@ -213,7 +214,8 @@ class Trainer:
         session_start, elapsed_before = time.monotonic(), self.progress.elapsed
         last_saved, window = None if unsaved else self.progress.step, Window()
         used = self._budget_used()
-        updates = update_groups(self.epochs, self.progress, train.accumulate, train.max_epochs)
+        way = BothWays(train.both_ways, self.progress, self.epochs, self._budget_used).starting
+        updates = update_groups(self.epochs, self.progress, train.accumulate, train.max_epochs, way)
         for group in updates if used < 1 else ():  # a finished run trains no further
             rate = self._rate(used)
             result = self._update(group, rate)
@@ -293,17 +295,16 @@ class Trainer:
         return self.processes.max(used)
 
     def _epoch_fraction(self) -> float:
-        epoch = self.progress.epoch
-        if self._epoch_batches[0] != epoch:
-            self._epoch_batches = (epoch, self.epochs.num_batches(epoch))
+        key = (self.progress.epoch, self.epochs.both_ways_epochs)  # the way changes its batches
+        if self._epoch_batches[0] != key:
+            self._epoch_batches = (key, self.epochs.num_batches(key[0]))
         return self.progress.batch_in_epoch / max(self._epoch_batches[1], 1)
 
     def _collate(self, pairs) -> Batch:
         return collate(pairs, self.vocab.pad, self.vocab.bos, self.vocab.eos).to(self.device)
 
     def _autocast(self):
-        precision = self.config.train.precision
-        if self.device.type == "cuda" and precision in ("auto", "bf16"):
+        if self.device.type == "cuda" and self.config.train.precision in ("auto", "bf16"):
             return torch.autocast("cuda", dtype=torch.bfloat16)
         if self.cpu_bf16:
             return bf16.products()
@@ -377,11 +378,10 @@ class Trainer:
         }
 
     def _log(self, record: dict) -> None:
-        if not self.processes.is_main:
-            return
-        record.setdefault("step", self.progress.step)
-        record["elapsed"] = round(self.progress.elapsed, 2)
-        self.log.write(record)
+        if self.processes.is_main:
+            record.setdefault("step", self.progress.step)
+            record["elapsed"] = round(self.progress.elapsed, 2)
+            self.log.write(record)
 
     def _average(self) -> Path:
         """`average.pt`: the last checkpoints past warmup averaged (s6.1; steps_to_average)."""

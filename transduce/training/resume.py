@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +32,7 @@ class Progress:
     elapsed: float = 0.0  # seconds of training, summed over resumed sessions
     bad_steps: int = 0  # updates skipped for a non-finite loss, in total
     world: int = 1  # training processes; a resumed run must use as many
+    both_ways_epochs: int = 0  # the first epochs, trained on the pairs both ways (train.both_ways)
 
     @classmethod
     def from_state(cls, saved: dict) -> Progress:
@@ -56,13 +57,19 @@ def restore_rng(saved: dict | list[dict], rank: int) -> None:
 
 
 def update_groups(
-    epochs: TrainingEpochs, progress: Progress, accumulate: int, max_epochs: int
+    epochs: TrainingEpochs,
+    progress: Progress,
+    accumulate: int,
+    max_epochs: int,
+    starting: Callable[[int], None] = lambda epoch: None,
 ) -> Iterator[list[Pairs]]:
     """Groups of `accumulate` batches, epoch after epoch, from where `progress` stands; it
-    counts each batch as handed out, so that a checkpoint between updates knows where to go on."""
+    counts each batch as handed out, so that a checkpoint between updates knows where to go on.
+    `starting(epoch)` is called as each epoch begins or resumes, before its batches are drawn."""
     group: list[Pairs] = []
     while not (max_epochs and progress.epoch >= max_epochs):
         epoch = progress.epoch
+        starting(epoch)
         fingerprint = epochs.fingerprint(epoch)
         _check_batches(epochs, progress, fingerprint)
         progress.batches = fingerprint

@@ -26,11 +26,11 @@ from .runlog import read_run_config, setting_changes
 logger = logging.getLogger(__name__)
 
 # Settings of the saved run that are not its recipe, which the new run takes from TrainConfig's
-# defaults unless given: the budget (as `--resume` takes it afresh), the updates that counted
-# from the old run's start (late dropout is for a young model, which this one is not), and the
-# machine it ran on.
+# defaults unless given: the budget (as `--resume` takes it afresh), what counted from the old
+# run's start (late dropout and bidirectional training are for a young model, which this one is
+# not), and the machine it ran on.
 NOT_INHERITED = ("max_steps", "max_epochs", "max_minutes", "late_dropout", "rdrop_after")
-NOT_INHERITED += ("precision", "threads", "compile")
+NOT_INHERITED += ("both_ways", "precision", "threads", "compile")
 
 
 def settings_to_fine_tune(model: Path | str) -> Config:
