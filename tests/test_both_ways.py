@@ -13,10 +13,9 @@ import torch
 from transduce.config import DataConfig
 from transduce.data.epochs import TrainingEpochs
 from transduce.training import loop as loop_module
-from transduce.training.checkpoint import CheckpointStore, load
 from transduce.training.loop import Trainer
 
-from .test_epochs import WORDS_RUN, words_data  # noqa: F401 (a fixture)
+from .test_epochs import WORDS_RUN, straight_and_resumed, words_data  # noqa: F401
 from .test_train import toy_config
 
 
@@ -107,15 +106,8 @@ def test_a_run_resumed_inside_a_both_ways_epoch_ends_where_an_uninterrupted_one_
     epochs = TrainingEpochs(words_data.split("train"), words_data.vocab, config.data, seed=1)
     epochs.both_ways_epochs = 1
     stop, end = 3, epochs.num_batches(0) + 4
-    cpu, total = torch.device("cpu"), {"train.max_steps": end}
-    Trainer(toy_config(**settings | total), words_data, tmp_path / "straight", False, cpu).run()
-    stopped = toy_config(**settings | {"train.max_steps": stop})
-    Trainer(stopped, words_data, tmp_path / "stopped", False, cpu).run()
-    resumed = Trainer(toy_config(**settings | total), words_data, tmp_path / "stopped", True, cpu)
-    assert (resumed.progress.epoch, resumed.progress.both_ways_epochs) == (0, 1)
-    resumed.run()
-    straight = load(CheckpointStore(tmp_path / "straight", 3).path(end))
-    again = load(CheckpointStore(tmp_path / "stopped", 3).path(end))
+    straight, again, resumed = straight_and_resumed(words_data, tmp_path, settings, stop, end)
+    assert (resumed.epoch, resumed.both_ways_epochs) == (0, 1)
     assert straight["progress"]["both_ways_epochs"] == again["progress"]["both_ways_epochs"]
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, again["model"][name]), name

@@ -172,18 +172,25 @@ def test_a_resumed_run_with_bpe_dropout_ends_where_an_uninterrupted_one_does(wor
     epochs = TrainingEpochs(train, words_data.vocab, config.data, seed=seed)
     stop = epochs.num_batches(0) + epochs.num_batches(1) + 2
     end = stop + epochs.num_batches(2)  # into the fourth epoch
-    cpu, total = torch.device("cpu"), {"train.max_steps": end}
-    Trainer(toy_config(**settings | total), words_data, tmp_path / "straight", False, cpu).run()
-    stopped = toy_config(**settings | {"train.max_steps": stop})
-    Trainer(stopped, words_data, tmp_path / "stopped", False, cpu).run()
-    resumed = Trainer(toy_config(**settings | total), words_data, tmp_path / "stopped", True, cpu)
-    assert (resumed.progress.epoch, resumed.progress.batch_in_epoch) == (2, 2)
-    resumed.run()
-    straight = load(CheckpointStore(tmp_path / "straight", 3).path(end))
-    again = load(CheckpointStore(tmp_path / "stopped", 3).path(end))
+    straight, again, resumed = straight_and_resumed(words_data, tmp_path, settings, stop, end)
+    assert (resumed.epoch, resumed.batch_in_epoch) == (2, 2)
     assert straight["progress"]["epoch"] == 3
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, again["model"][name]), name
+
+
+def straight_and_resumed(data, tmp_path, settings: dict, stop: int, end: int):
+    """A run of `end` updates, and one stopped after `stop` and resumed to `end`: the two
+    checkpoints of update `end`, and the progress the resumed run began from."""
+    cpu, total = torch.device("cpu"), {"train.max_steps": end}
+    Trainer(toy_config(**settings | total), data, tmp_path / "straight", False, cpu).run()
+    stopped = toy_config(**settings | {"train.max_steps": stop})
+    Trainer(stopped, data, tmp_path / "stopped", False, cpu).run()
+    resumed = Trainer(toy_config(**settings | total), data, tmp_path / "stopped", True, cpu)
+    began = dataclasses.replace(resumed.progress)
+    resumed.run()
+    straight = load(CheckpointStore(tmp_path / "straight", 3).path(end))
+    return straight, load(CheckpointStore(tmp_path / "stopped", 3).path(end)), began
 
 
 def test_a_run_resumed_on_other_batches_than_its_own_says_so_and_goes_on(words_data, caplog):
