@@ -53,7 +53,10 @@ def test_the_epochs_before_both_ways_epochs_see_every_pair_both_ways(words_data,
         assert len(batches) == epochs.num_batches(epoch)
         assert _texts(vocab, [p for b in batches for p in b]) == forward + backward
         split = epochs.split(epoch)
-        assert len(split) == 400 and epochs.sampler(epoch).batches(epoch) is not None
+        assert len(split) == 400  # the batches are cut from the 400 pairs' lengths, each once
+        assert sorted(i for b in epochs.sampler(epoch).batches(epoch) for i in b) == list(
+            range(400)
+        )
     one_way = [p for b in epochs.batches(2) for p in b]
     assert _texts(vocab, one_way) == forward and len(epochs.split(2)) == 200
 
@@ -80,7 +83,8 @@ def test_the_loop_trains_both_ways_for_its_share_of_the_budget_then_one_way(
     trainer.run()
     vocab = words_data.vocab
     sources = {vocab.decode([x])[0] for x, _ in words_data.split("train").pairs(range(200))}
-    epochs = TrainingEpochs(words_data.split("train"), vocab, trainer.config.data, seed=1)
+    train, config = words_data.split("train"), trainer.config
+    epochs = TrainingEpochs(train, vocab, config.data, seed=config.train.seed)
     epochs.both_ways_epochs = trainer.progress.both_ways_epochs
     first = [epochs.num_batches(e) for e in range(epochs.both_ways_epochs)]
     starts = np.cumsum([0, *first])  # the update before each epoch's first
