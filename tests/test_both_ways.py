@@ -107,7 +107,9 @@ def test_a_run_resumed_inside_a_both_ways_epoch_ends_where_an_uninterrupted_one_
     must be the rest of the both-ways batches, as its checkpoint's progress says."""
     settings = WORDS_RUN | {"train.both_ways": 0.3}
     config = toy_config(**settings)
-    epochs = TrainingEpochs(words_data.split("train"), words_data.vocab, config.data, seed=1)
+    epochs = TrainingEpochs(
+        words_data.split("train"), words_data.vocab, config.data, seed=config.train.seed
+    )
     epochs.both_ways_epochs = 1
     stop, end = 3, epochs.num_batches(0) + 4
     straight, again, resumed = straight_and_resumed(words_data, tmp_path, settings, stop, end)
