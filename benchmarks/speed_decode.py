@@ -1,7 +1,9 @@
 """Decoding speed, side by side on the same weights: transduce (as `translate` decodes by default,
-`decode.precision=auto`; "transduce fp32" in float32 throughout; dynamic int8),
-Hugging Face `generate` and CTranslate2 (float32 and int8) through `transduce export`, and
-optionally OpenNMT-py on its own model of the same size.
+`decode.precision=auto`, the batches shared by one process per thread; "transduce fp32" in
+float32 throughout; dynamic int8; "1 process": `--workers 1`, one process whose threads share
+each batch), Hugging Face `generate` and CTranslate2 (float32 and int8; "replicas": one
+translator per thread, `inter_threads`) through `transduce export`, and optionally OpenNMT-py on
+its own model of the same size.
 
     python benchmarks/speed_decode.py --model RUN --prepared DATA --out bench/speed-decode \
         [--onmt-model M.pt --onmt-bin VENV/bin] [--rounds 2] [--threads 2] [--batch-1-lines 200]
@@ -53,14 +55,15 @@ def timed(run):
     return engine
 
 
-def transduce_engine(model, vocab, int8: bool = False, precision: str = "auto"):
-    """What `transduce translate [--int8] [--precision P]` runs: one call, the weights packed
-    (and quantized, or rounded to bfloat16 where `precision` takes that route) within it."""
+def transduce_engine(model, vocab, int8: bool = False, precision: str = "auto", workers: int = 0):
+    """What `transduce translate [--int8] [--precision P] [--workers W]` runs: one call, the
+    weights packed (and quantized, or rounded to bfloat16 where `precision` takes that route)
+    within it, the batches shared by `workers` processes (0: one per thread)."""
 
     @timed
     def run(sources: list[list[int]], batch: int) -> list[list[int]]:
         decode = DecodeConfig(beam_size=BEAM, alpha=ALPHA, max_len_b=EXTRA, batch_size=batch,
-                              precision=precision)  # fmt: skip
+                              precision=precision, workers=workers)  # fmt: skip
         int8_weights = {} if int8 else None
         with torch.inference_mode():
             hyps = decode_ids(
@@ -118,14 +121,18 @@ def hf_engine(folder: Path, pad: int, eos: int):
     return run
 
 
-def ct2_engine(folder: Path, vocab, threads: int):
+def ct2_engine(folder: Path, vocab, threads: int, replicas: int = 1):
     """CTranslate2, loaded for each run and released after it: a live Translator's worker
     threads slow every other engine in the process by 20-45% (measured: transduce 6.9 s ->
-    8.2 s with one loaded, 9.9 s after it had translated, 6.5 s once it was deleted)."""
+    8.2 s with one loaded, 9.9 s after it had translated, 6.5 s once it was deleted).
+    `replicas`: its `inter_threads`, translators taking the batches in turn, each with
+    `threads // replicas` threads of its own."""
     import ctranslate2
 
     def run(sources: list[list[int]], batch: int) -> tuple[list[list[int]], float]:
-        translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=threads)
+        translator = ctranslate2.Translator(
+            str(folder), device="cpu", inter_threads=replicas, intra_threads=threads // replicas
+        )
         pieces = [[*vocab.pieces(ids), "</s>"] for ids in sources]
         start = time.perf_counter()
         results = translator.translate_batch(
@@ -171,9 +178,10 @@ def chosen_engines(args, model, vocab) -> dict:
     leaves the engine out."""
     hf_dir, ct2_dir, ct2_int8_dir = (args.out / n for n in ("hf", "ct2", "ct2-int8"))
 
-    def ctranslate2(folder: Path, **options):
-        export_ctranslate2(args.model, folder, **options)
-        return ct2_engine(folder, vocab, args.threads)
+    def ctranslate2(folder: Path, replicas: int = 1, **options):
+        if not (folder / "model.bin").exists():  # one export for both ways of threading
+            export_ctranslate2(args.model, folder, **options)
+        return ct2_engine(folder, vocab, args.threads, replicas)
 
     def hf():
         export_hf(args.model, hf_dir)
@@ -183,10 +191,17 @@ def chosen_engines(args, model, vocab) -> dict:
         "transduce": lambda: transduce_engine(model, vocab),
         "transduce int8": lambda: transduce_engine(model, vocab, int8=True),
         "transduce fp32": lambda: transduce_engine(model, vocab, precision="fp32"),
+        "transduce 1 process": lambda: transduce_engine(model, vocab, workers=1),
+        "transduce int8 1 process": lambda: transduce_engine(model, vocab, int8=True, workers=1),
         "transduce int8 torch.ao": lambda: transduce_engine(torch_ao_int8(model), vocab),
         "hf generate": hf,
         "ctranslate2": lambda: ctranslate2(ct2_dir),
         "ctranslate2 int8": lambda: ctranslate2(ct2_int8_dir, quantize="int8"),
+        # inter_threads: one translator per thread, as `transduce`'s workers (decoding/workers.py)
+        "ctranslate2 replicas": lambda: ctranslate2(ct2_dir, replicas=args.threads),
+        "ctranslate2 int8 replicas": lambda: ctranslate2(
+            ct2_int8_dir, replicas=args.threads, quantize="int8"
+        ),
     }
     if args.onmt_model:
         builders["opennmt-py (own weights)"] = lambda: onmt_engine(

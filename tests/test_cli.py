@@ -128,10 +128,10 @@ def test_n_best_lists_each_line_in_order(toy_run, capsys, monkeypatch):
 
 
 def test_translate_hands_each_flag_to_the_model_and_its_search(toy_run, monkeypatch):
-    """--int8 reaches the loaded model, --beam, --alpha, --n-best, --max-len-b, --batch-size
-    and --precision the search; a flag left out keeps the run's own setting. With --sampling,
-    --n-best and the sampling flags reach the sampler, the length settings the search's
-    limits."""
+    """--int8 reaches the loaded model, --beam, --alpha, --n-best, --max-len-b, --batch-size,
+    --precision and --workers the search; a flag left out keeps the run's own setting. With
+    --sampling, --n-best and the sampling flags reach the sampler, the length settings the
+    search's limits."""
     from transduce.decoding.sampling import Sampling
     from transduce.decoding.translate import Translator
 
@@ -157,6 +157,8 @@ def test_translate_hands_each_flag_to_the_model_and_its_search(toy_run, monkeypa
         "--int8",
         "--precision",
         "fp32",
+        "--workers",
+        "3",
         stdin=b"a b\n",
         monkeypatch=monkeypatch,
     )
@@ -164,6 +166,7 @@ def test_translate_hands_each_flag_to_the_model_and_its_search(toy_run, monkeypa
     assert seen["int8"] is True
     assert (chosen.beam_size, chosen.alpha, chosen.n_best) == (3, 0.25, 2)
     assert (chosen.max_len_b, chosen.batch_size, chosen.precision) == (4, 7, "fp32")
+    assert chosen.workers == 3
     assert seen["sampling"] is None and seen["prefixes"] is None
     run("translate", "--model", toy_run / "run", stdin=b"a b\n", monkeypatch=monkeypatch)
     assert seen["int8"] is False and seen["decode"] == seen["translator"].decode

@@ -3,6 +3,7 @@
 import math
 import subprocess
 import sys
+import threading
 from contextlib import nullcontext
 
 import numpy as np
@@ -305,10 +306,13 @@ def test_a_run_that_keeps_diverging_stops_with_a_clear_message(toy_data, tmp_pat
         return sums
 
     monkeypatch.setattr(train_module, "model_loss", always_nan)
+    threads = set(threading.enumerate())
     trainer = _trainer(toy_config(**{"train.valid_every": 100}), toy_data, tmp_path / "run")
     with pytest.raises(TrainingError, match="non-finite losses in a row"):
         trainer.run()
     assert trainer.progress.bad_steps == loop.MAX_BAD_STEPS  # the first time it is reached
+    left = set(threading.enumerate()) - threads  # the log closed: its TensorBoard writer too
+    assert [thread.name for thread in left if thread.name != "tqdm_monitor"] == []
 
 
 def test_no_batch_that_fits_is_an_error_not_a_hang(toy_data, tmp_path):

@@ -127,14 +127,16 @@ def test_an_empty_dev_split_is_refused_naming_the_data_folder(data):
 def test_each_dev_output_is_scored_against_its_own_lines_reference(data, monkeypatch):
     """Lines dropped by `prepare` (too long, empty) leave gaps: pair i is line `index[i]` of the
     dev text, and its output is post-processed with that line's source and scored against that
-    line's reference. A model that outputs each reference scores 100."""
+    line's reference. A model that outputs each reference scores 100. The search runs
+    in-process."""
     split, text = data.split("dev"), data.text("dev")
     kept = [4, 1, 3]  # as if lines 0, 2 and 5 had been dropped, and out of order
     pairs = [tuple(side.tolist() for side in split.pair(i)) for i in kept]
     _dev(data, pairs, [split.index[i] for i in kept])
-    targets = {tuple(src): tgt for src, tgt in pairs}
+    targets, handed = {tuple(src): tgt for src, tgt in pairs}, []
 
     def decode_ids(model, vocab, sources, decode, device):  # outputs each pair's reference
+        handed.append(decode)
         return [[SimpleNamespace(tokens=targets[tuple(src)])] for src in sources]
 
     monkeypatch.setattr(validation, "decode_ids", decode_ids)
@@ -151,3 +153,4 @@ def test_each_dev_output_is_scored_against_its_own_lines_reference(data, monkeyp
     assert score == pytest.approx(100.0)
     lines = [int(split.index[i]) for i in kept]
     assert seen == [(text.tgt[line], text.src[line]) for line in lines]
+    assert [decode.workers for decode in handed] == [1]  # no fork of a training process

@@ -249,13 +249,12 @@ class DecodeConfig:
     max_len_b: int = 50
     n_best: int = 1
     batch_size: int = 64  # sentences per decoding batch
-    # Parsing: search only trees over exactly the input's words (decoding/constraints.py);
-    # off, the paper's search, whose malformed outputs are repaired afterwards.
-    constrained: bool = False
+    constrained: bool = False  # parsing: only trees of the input's words (decoding/constraints)
     terms_beam: int = 8  # the least beam for a sentence with terms (decoding/terms.py)
     no_repeat_ngram: int = 0  # no n-gram of this many tokens twice (decoding/repeats.py); 0: off
     no_unk: bool = False  # never the unknown token (" ⁇ ": a character the vocabulary lacks)
     precision: str = "auto"  # PRECISIONS, of the search's products on a CPU; `score` keeps fp32
+    workers: int = 0  # CPU processes taking batches in turn (decoding/workers.py); 0: a thread each
 
     def __post_init__(self) -> None:
         check_types(self, "decode")
@@ -267,6 +266,7 @@ class DecodeConfig:
         _require(self.batch_size > 0, "decode.batch_size must be positive")
         _require(self.no_repeat_ngram >= 0, "decode.no_repeat_ngram must be >= 0 (0: off)")
         _require(self.precision in PRECISIONS, f"decode.precision must be one of {PRECISIONS}")
+        _require(self.workers >= 0, "decode.workers must be >= 0 (0: one per thread torch runs)")
 
 
 @dataclass(frozen=True)

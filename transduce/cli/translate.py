@@ -41,19 +41,7 @@ def _add_translate(verbs) -> None:
         "(1: line by line, for a program that feeds a pipe and waits); default: the whole "
         "input at once, or line by line when typing at a terminal",
     )
-    p.add_argument(
-        "--int8",
-        action="store_true",
-        help="CPU only: the large products in int8 through oneDNN (1.2x faster at batch 64 "
-        "on a 2-core Xeon, BLEU within 0.3)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        help="the search's large products on a CPU: bf16 (AVX-512 BF16 or AMX), fp32, or auto: "
-        "bf16 where the CPU has AVX-512 BF16 and no AMX (batch 64 1.08-1.3x on a Zen 4 EPYC, "
-        "BLEU within 0.1), else fp32 (default: the run's, auto)",
-    )
+    _add_cpu_arguments(p)
     _add_sampling_arguments(p)
     p.add_argument(
         "--channel",
@@ -80,6 +68,29 @@ def _add_translate(verbs) -> None:
         "--alignments-out", type=Path, help="write the Pharaoh links here, one line per input line"
     )
     p.set_defaults(run=_translate)
+
+
+def _add_cpu_arguments(p) -> None:
+    """How the search runs on a CPU: its products' number type and its processes."""
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="CPU only: the large products in int8 through oneDNN (1.2x faster at batch 64 "
+        "on a 2-core Xeon, BLEU within 0.3)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="the search's large products on a CPU: bf16 (AVX-512 BF16 or AMX), fp32, or auto: "
+        "bf16 where the CPU has AVX-512 BF16 and no AMX (batch 64 1.08-1.3x on a Zen 4 EPYC, "
+        "BLEU within 0.1), else fp32 (default: the run's, auto)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="CPU only: processes of one thread each, taking the batches in turn (0: one per "
+        "thread torch runs; 1: one process whose threads share each batch); default: the run's, 0",
+    )
 
 
 def _add_output_rules(p) -> None:
@@ -186,6 +197,7 @@ def _translate(args) -> None:
         "no_repeat_ngram": args.no_repeat_ngram,
         "no_unk": args.no_unk,
         "precision": args.precision,
+        "workers": args.workers,
     }
     decode = replace(translator.decode, **{k: v for k, v in given.items() if v is not None})
     _say_precision(decode, translator.device)  # and refuse one this CPU cannot run, before input

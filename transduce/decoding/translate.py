@@ -33,6 +33,7 @@ from .repeats import NO_REPEATS_IN_TREES
 from .sampling import Sampling, sample
 from .search import Hypothesis, beam_search
 from .terms import Terms, parse_terms
+from .workers import in_workers, worker_count
 
 logger = logging.getLogger(__name__)
 
@@ -64,24 +65,33 @@ def decode_ids(
     (`models/bf16_decoding.py`)."""
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    results: list[list[Hypothesis]] = [[] for _ in sources]
+    jobs = [
+        (indices[start : start + settings.batch_size], settings)
+        for indices, settings in _beams(order, decode, terms if sampling is None else None)
+        for start in range(0, len(indices), settings.batch_size)
+    ]
+    # Samples are drawn from one random stream over all the batches, in order: in-process.
+    workers = 1 if sampling else worker_count(decode.workers, device, len(jobs))
     int8 = nullcontext() if int8_weights is None else int8_products(int8_weights)
     low = bf16_decoding.chosen(decode.precision, device)
     bf16 = bf16_products(bf16_weights) if low else nullcontext()
     generator = sampling.generator(device) if sampling else None
+
+    def decode_job(job: tuple[list[int], DecodeConfig]) -> list[list[Hypothesis]]:
+        chunk, settings = job
+        forced = None if prefixes is None else [prefixes[i] for i in chunk]
+        held = None if terms is None else [terms[i] for i in chunk]
+        return _decode_batch(
+            model, vocab, [sources[i] for i in chunk], settings, device, sampling, generator,
+            forced if forced and any(forced) else None, held if held and any(held) else None,
+            avoid or None,
+        )  # fmt: skip
+
+    results: list[list[Hypothesis]] = [[] for _ in sources]
     with packed_for_inference(packed_weights), int8, bf16:
-        for indices, settings in _beams(order, decode, terms if sampling is None else None):
-            for start in range(0, len(indices), settings.batch_size):
-                chunk = indices[start : start + settings.batch_size]
-                forced = None if prefixes is None else [prefixes[i] for i in chunk]
-                held = None if terms is None else [terms[i] for i in chunk]
-                found = _decode_batch(
-                    model, vocab, [sources[i] for i in chunk], settings, device, sampling,
-                    generator, forced if forced and any(forced) else None,
-                    held if held and any(held) else None, avoid or None,
-                )  # fmt: skip
-                for i, hyps in zip(chunk, found, strict=True):
-                    results[i] = hyps
+        for (chunk, _), found in zip(jobs, in_workers(jobs, decode_job, workers), strict=True):
+            for i, hyps in zip(chunk, found, strict=True):
+                results[i] = hyps
     return results
 
 

@@ -16,7 +16,7 @@ import logging
 import random
 import signal
 import time
-from contextlib import nullcontext
+from contextlib import closing, nullcontext
 from pathlib import Path
 
 import torch
@@ -199,7 +199,8 @@ class Trainer:
     def run(self) -> Path:
         """Train to the budget, then average: the averaged model's path. A signal raises
         TrainingStopped once the run's state is saved for `--resume`."""
-        with self.stops.listening():
+        # The log closed come what may: its TensorBoard writer's thread must not outlive a run.
+        with self.stops.listening(), closing(self.log):
             self._train()
         return self._average()
 
@@ -240,7 +241,6 @@ class Trainer:
         bar.close()
         if self.progress.step != last_saved:
             self._validate_and_save()
-        self.log.close()
 
     def _rate(self, used: float) -> float:
         """The rate of the next update: the schedule's, times the cooldown at the budget's end."""
@@ -323,7 +323,6 @@ class Trainer:
             rng = self.processes.gather(capture_rng())
             path = self.store.stopped_path(step)
             self.processes.on_main(lambda: self.store.save_stopped(self._state(rng), step))
-        self.log.close()
         asked = signal.Signals(number).name
         message = f"{asked} at step {step}: saved {path}; --resume continues the run"
         raise TrainingStopped(message, speaks=self.processes.is_main)

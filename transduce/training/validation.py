@@ -73,7 +73,9 @@ def dev_score(
     # `small`'s dev set took 5.4-5.9 s against 3.6 s in batches of 256 (SPEED.md, session 51).
     beam = config.train.valid_beam
     sentences = max(1, config.decode.batch_size * config.decode.beam_size // beam)
-    decode = replace(config.decode, beam_size=beam, n_best=1, batch_size=sentences)
+    # In-process (workers=1): a forked copy of a training process, its optimizer and batches
+    # included, is no place for a few batches of greedy search.
+    decode = replace(config.decode, beam_size=beam, n_best=1, batch_size=sentences, workers=1)
     hypotheses = decode_ids(model, data.vocab, sources, decode, device)
     outputs = data.vocab.decode([h[0].tokens for h in hypotheses])
     source_text = [text.src[i] for i in split.index]
