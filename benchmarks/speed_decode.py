@@ -13,8 +13,9 @@ its own model of the same size.
 Beam 4, length penalty 0.6, at most source length + 50 tokens, on DATA's test set: batch 64 over
 every line and batch 1 over the first `--batch-1-lines`. Engines run alternately, `--rounds`
 times; the median time counts. Each engine's output is scored (lowercased tokenized BLEU), so a
-fast engine that translates worse shows it. `--beam-memory` measures peak memory of beam search
-against beam size instead, each size in a fresh process.
+fast engine that translates worse shows it. Each run of an engine is a process of its own
+(`isolated`; before session 68 they shared one, to CTranslate2's cost). `--beam-memory`
+measures peak memory of beam search against beam size instead, each size in a fresh process.
 """
 
 from __future__ import annotations
@@ -172,10 +173,17 @@ def onmt_engine(model: Path, bin_dir: Path, out: Path, vocab, threads: int):
     return run
 
 
-def chosen_engines(args, model, vocab) -> dict:
+def load_model(folder: Path):
+    return Translator.load(folder, device="cpu").model
+
+
+def chosen_engines(args, load_model, vocab) -> dict:
     """The engines `--engines` names (all by default), each built only when chosen: an export,
     or torch.ao's deprecated route, is not paid for (nor its warnings printed) by a run that
-    leaves the engine out."""
+    leaves the engine out. `load_model()` gives transduce's model, loaded only for its engines:
+    once torch has run a product on two threads, CTranslate2 (two threads, batch 1) in the same
+    process took 18.9-22.0 s for what it did in 3.5-4.2 s alone (two OpenMP runtimes,
+    session 68)."""
     hf_dir, ct2_dir, ct2_int8_dir = (args.out / n for n in ("hf", "ct2", "ct2-int8"))
 
     def ctranslate2(folder: Path, replicas: int = 1, **options):
@@ -184,16 +192,19 @@ def chosen_engines(args, model, vocab) -> dict:
         return ct2_engine(folder, vocab, args.threads, replicas)
 
     def hf():
-        export_hf(args.model, hf_dir)
+        if not (hf_dir / "config.json").exists():
+            export_hf(args.model, hf_dir)
         return hf_engine(hf_dir, vocab.pad, vocab.eos)
 
     builders = {
-        "transduce": lambda: transduce_engine(model, vocab),
-        "transduce int8": lambda: transduce_engine(model, vocab, int8=True),
-        "transduce fp32": lambda: transduce_engine(model, vocab, precision="fp32"),
-        "transduce 1 process": lambda: transduce_engine(model, vocab, workers=1),
-        "transduce int8 1 process": lambda: transduce_engine(model, vocab, int8=True, workers=1),
-        "transduce int8 torch.ao": lambda: transduce_engine(torch_ao_int8(model), vocab),
+        "transduce": lambda: transduce_engine(load_model(), vocab),
+        "transduce int8": lambda: transduce_engine(load_model(), vocab, int8=True),
+        "transduce fp32": lambda: transduce_engine(load_model(), vocab, precision="fp32"),
+        "transduce 1 process": lambda: transduce_engine(load_model(), vocab, workers=1),
+        "transduce int8 1 process": lambda: transduce_engine(
+            load_model(), vocab, int8=True, workers=1
+        ),
+        "transduce int8 torch.ao": lambda: transduce_engine(torch_ao_int8(load_model()), vocab),
         "hf generate": hf,
         "ctranslate2": lambda: ctranslate2(ct2_dir),
         "ctranslate2 int8": lambda: ctranslate2(ct2_int8_dir, quantize="int8"),
@@ -230,21 +241,21 @@ def speed(args) -> None:
     sources = [test.pair(i)[0].tolist() for i in range(len(test))]
     text = data.text("test").tgt
     references = [text[i] for i in test.index]  # the lines that were kept, in order
-    torch.set_num_threads(args.threads)
-
-    engines = chosen_engines(args, Translator.load(args.model, device="cpu").model, vocab)
+    # Built here for their exports only, before anything is timed: each run is a process of its
+    # own (`isolated`).
+    names = list(chosen_engines(args, lambda: load_model(args.model), vocab))
     cases = {64: sources, 1: sources[: args.batch_1_lines]}
     cases = {batch: cases[batch] for batch in args.batches}
     results = []
     for batch, lines in cases.items():
-        times: dict[str, list[float]] = {name: [] for name in engines}
+        times: dict[str, list[float]] = {name: [] for name in names}
         outputs: dict[str, list[list[int]]] = {}
         for _ in range(args.rounds):
-            for name, engine in engines.items():
-                outputs[name], seconds = engine(lines, batch)
+            for name in names:
+                outputs[name], seconds = isolated(args, name, batch)
                 times[name].append(seconds)
                 print(f"{name}, batch {batch}: {seconds:.2f} s", flush=True)
-        for name in engines:
+        for name in names:
             seconds = statistics.median(times[name])
             hypotheses = vocab.decode(outputs[name])
             results.append({
@@ -278,6 +289,35 @@ def speed(args) -> None:
             f"{r['generated_tokens_per_s']:,.0f} | {ratio:.2f} "
             f"| {r['bleu_lc_tok']:.2f} |"
         )
+
+
+def isolated(args, name: str, batch: int) -> tuple[list[list[int]], float]:
+    """One run of engine `name` in a fresh process: engines in one process slow each other (a
+    live CTranslate2 translator's threads slowed transduce by 20-45%; after torch had run a
+    product on two threads, CTranslate2 at batch 1 took 18.9-22.0 s for 3.5-4.2 s alone, session
+    68), and a process with other Python threads (an export's progress bar) decodes without
+    workers."""
+    command = [sys.executable, __file__, "--model", str(args.model), "--prepared",
+               str(args.prepared), "--out", str(args.out), "--threads", str(args.threads),
+               "--batch-1-lines", str(args.batch_1_lines), "--engines", name, "--one-run",
+               str(batch)]  # fmt: skip
+    if args.onmt_model:
+        command += ["--onmt-model", str(args.onmt_model), "--onmt-bin", str(args.onmt_bin)]
+    subprocess.run(command, check=True, env=peers.thread_env(args.threads))
+    run = json.loads((args.out / "one-run.json").read_text())
+    return run["outputs"], run["seconds"]
+
+
+def one_run(args) -> None:
+    """The child of `isolated`: the one engine named, once, into OUT/one-run.json."""
+    data = PreparedData.load(args.prepared)
+    test = data.split("test")
+    lines = len(test) if args.one_run == 64 else args.batch_1_lines
+    sources = [test.pair(i)[0].tolist() for i in range(min(lines, len(test)))]
+    torch.set_num_threads(args.threads)
+    (engine,) = chosen_engines(args, lambda: load_model(args.model), data.vocab).values()
+    outputs, seconds = engine(sources, args.one_run)
+    (args.out / "one-run.json").write_text(json.dumps({"outputs": outputs, "seconds": seconds}))
 
 
 BEAM_MEMORY_PROBE = r"""
@@ -339,9 +379,13 @@ def main() -> None:
     parser.add_argument("--engines", help="comma-separated engine names (default: all)")
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 1], choices=[64, 1])
     parser.add_argument("--beam-memory", action="store_true")
+    parser.add_argument("--one-run", type=int, help=argparse.SUPPRESS)  # `isolated`'s child
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    beam_memory(args) if args.beam_memory else speed(args)
+    if args.one_run:
+        one_run(args)
+    else:
+        beam_memory(args) if args.beam_memory else speed(args)
 
 
 if __name__ == "__main__":

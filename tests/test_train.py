@@ -312,6 +312,7 @@ def test_a_run_that_keeps_diverging_stops_with_a_clear_message(toy_data, tmp_pat
         trainer.run()
     assert trainer.progress.bad_steps == loop.MAX_BAD_STEPS  # the first time it is reached
     left = set(threading.enumerate()) - threads  # the log closed: its TensorBoard writer too
+    # tqdm's monitor is one per process and ends by itself within its interval once no bar is open.
     assert [thread.name for thread in left if thread.name != "tqdm_monitor"] == []
 
 

@@ -13,6 +13,7 @@ import torch
 import transduce.decoding.translate as translate_module
 from transduce.config import ConfigError, DecodeConfig
 from transduce.decoding import workers
+from transduce.decoding.prefix import Prefix
 from transduce.decoding.sampling import Sampling
 from transduce.decoding.translate import decode_ids
 from transduce.decoding.workers import in_workers, worker_count
@@ -74,6 +75,21 @@ def test_two_processes_find_what_one_finds_in_input_order(monkeypatch, two_threa
     shared = decode_ids(model, FakeVocab(), sources, decode, CPU)
     assert asked == [1, 2]  # the default, 0: one process per thread torch runs
     assert shared == alone
+
+
+def test_forced_prefixes_reach_each_sentence_through_the_children(monkeypatch, two_threads):
+    """Each sentence's own prefix starts its outputs wherever its batch was decoded."""
+    monkeypatch.setattr(workers, "can_fork", lambda: True)
+    model = tiny_model(5)
+    sources = [[4 + i % 6] * (1 + i % 5) for i in range(11)]
+    prefixes = [Prefix(ids=(4 + (i * 3) % 7,) * (1 + i % 2)) for i in range(11)]
+    decode = DecodeConfig(beam_size=2, batch_size=2, max_len_b=5)
+    alone = decode_ids(model, FakeVocab(), sources, DecodeConfig(**{**vars(decode), "workers": 1}),
+                       CPU, prefixes=prefixes)  # fmt: skip
+    shared = decode_ids(model, FakeVocab(), sources, decode, CPU, prefixes=prefixes)
+    assert shared == alone
+    for found, prefix in zip(shared, prefixes, strict=True):
+        assert tuple(found[0].tokens[: len(prefix.ids)]) == prefix.ids
 
 
 def test_each_job_runs_once_in_order_the_children_on_one_thread(two_threads):

@@ -199,16 +199,16 @@ class Trainer:
     def run(self) -> Path:
         """Train to the budget, then average: the averaged model's path. A signal raises
         TrainingStopped once the run's state is saved for `--resume`."""
-        # The log closed come what may: its TensorBoard writer's thread must not outlive a run.
-        with self.stops.listening(), closing(self.log):
-            self._train()
+        quiet = None if self.processes.is_main else True
+        bar = tqdm(total=self.config.train.max_steps, initial=self.progress.step, unit="step",
+                   disable=quiet, dynamic_ncols=True)  # fmt: skip
+        # Closed come what may: the bar's and the log's threads must not outlive a run.
+        with self.stops.listening(), closing(self.log), bar:
+            self._train(bar)
         return self._average()
 
-    def _train(self) -> None:
+    def _train(self, bar: tqdm) -> None:
         train = self.config.train
-        quiet = None if self.processes.is_main else True
-        bar = tqdm(total=train.max_steps, initial=self.progress.step, unit="step", disable=quiet,
-                   dynamic_ncols=True)  # fmt: skip
         unsaved = self._resumed_stopped and not self._validate_first  # the end must save it
         if self._validate_first:
             self._validate_and_save()
