@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from transduce.config import RnnConfig, TransformerConfig
+from transduce.models import bf16
 from transduce.models.rnn import RnnEncoderDecoder
 from transduce.models.transformer import Transformer
 
@@ -71,6 +72,17 @@ def tiny_rnn(seed: int = 0, dtype=torch.float64, **changes) -> RnnEncoderDecoder
     fields.update(changes)
     torch.manual_seed(seed)
     return RnnEncoderDecoder(RnnConfig(**fields), pad=PAD).to(dtype).eval()
+
+
+@pytest.fixture(autouse=True)
+def product_cache_settings(monkeypatch):
+    """`translate` and `serve` run in-process size the product caches for decoding in
+    `os.environ`: whatever a test did, the settings are as before it once it ends."""
+    for name in bf16.CACHE_SETTINGS:
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])  # restored on teardown
+        else:
+            monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ reader that went away. Each verb runs in-process with the library call it makes 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -326,3 +327,32 @@ def test_version_prints_the_package_and_its_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         _run("--version")
     assert exit_.value.code == 0 and capsys.readouterr().out == f"transduce {__version__}\n"
+
+
+def test_translate_and_serve_size_the_product_caches_for_decoding_before_loading(monkeypatch):
+    """Processes that only decode keep matmul.DECODING_CACHED_PRODUCTS compiled products (the
+    libraries read the setting at the first product, so it is set before the model loads); a
+    setting the user made stays theirs."""
+    import transduce.decoding.translate as translate_module
+    import transduce.serve.server as server_module
+    import transduce.serve.worker as worker_module
+    from transduce.models import bf16, matmul
+
+    first, second = bf16.CACHE_SETTINGS
+    at_load = []
+
+    def record(*args, **kwargs):
+        at_load.append((os.environ[first], os.environ[second]))
+        raise KeyboardInterrupt  # enough: what the caches were when the model loaded
+
+    monkeypatch.setattr(translate_module.Translator, "load", staticmethod(record))
+    monkeypatch.setattr(worker_module, "DecoderProcess", record)
+    monkeypatch.setattr(server_module, "serve", lambda *a, **kw: None)
+    wanted = str(matmul.DECODING_CACHED_PRODUCTS)
+    for user_set, verb in ((frozenset(), "translate"), ({second}, "serve")):
+        monkeypatch.setattr(bf16, "USER_SET", frozenset(user_set))
+        monkeypatch.setenv(first, "8")  # as matmul leaves them on import
+        monkeypatch.setenv(second, "5")
+        with pytest.raises(SystemExit):
+            _run(verb, "--model", "m.pt")
+    assert at_load == [(wanted, wanted), (wanted, "5")]

@@ -66,8 +66,10 @@ def _serve(args) -> None:
         from ..serve.worker import DecoderProcess
     except ImportError as missing:  # reported by main as this verb's error
         raise ValueError(f"{missing}: pip install 'transduce[serve]'") from missing
+    from ..models.matmul import cache_products_for_decoding
     from ..serve.settings import ServeSettings
 
+    cache_products_for_decoding()  # before the decoder process starts: it inherits them
     settings = ServeSettings(**{f.name: getattr(args, f.name) for f in fields(ServeSettings)})
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be at least 1, not {args.threads}")

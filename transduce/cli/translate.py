@@ -169,7 +169,9 @@ def _say_precision(decode, device) -> None:
 
 def _translate(args) -> None:
     from ..decoding.translate import Translator
+    from ..models.matmul import cache_products_for_decoding
 
+    cache_products_for_decoding()  # a process that decodes only
     check_writable(args.output, args.alignments_out)
     sampling = _sampling(args)  # flags that contradict each other, before the model loads
     _check_channel(args, sampling)

@@ -98,10 +98,15 @@ def prepare(model: object) -> None:
             " the 4th generation or later) or AVX-512 BF16 (AMD Zen 4 or later, Intel Cooper"
             " Lake); this CPU would emulate them, slower than float32: leave it at auto"
         )
-    entries = str(cached_products(model))
+    size_product_caches(cached_products(model))
+
+
+def size_product_caches(entries: int) -> None:
+    """oneDNN's and ideep's product caches at `entries` each, where the user set neither; read
+    at the process's first oneDNN product, so set before it."""
     for name in CACHE_SETTINGS:
         if name not in USER_SET:
-            os.environ[name] = entries
+            os.environ[name] = str(entries)
 
 
 def active() -> bool:
