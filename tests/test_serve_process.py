@@ -19,10 +19,11 @@ import pytest
 httpx = pytest.importorskip("httpx", reason="the dev extra: pip install -e '.[dev]'")
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
+from transduce.decoding.workers import picklable  # noqa: E402
 from transduce.serve.engine import AttentionWork, BadRequest, TranslateWork  # noqa: E402
 from transduce.serve.server import Background  # noqa: E402
 from transduce.serve.settings import ServeSettings  # noqa: E402
-from transduce.serve.worker import DecoderProcess, _decode_forever, _picklable  # noqa: E402
+from transduce.serve.worker import DecoderProcess, _decode_forever  # noqa: E402
 
 from .conftest import save_toy_model  # noqa: E402
 from .serving import DECODE, metric, sentences  # noqa: E402
@@ -210,10 +211,10 @@ def test_an_error_that_cannot_cross_the_pipe_crosses_as_one_that_names_it():
     class Local(Exception):  # pickle finds no class by this name
         pass
 
-    error = _picklable(Local("beam too wide"))
+    error = picklable(Local("beam too wide"))
     assert type(error) is RuntimeError and str(error) == "Local: beam too wide"
     plain = ValueError("beam too wide")
-    assert _picklable(plain) is plain
+    assert picklable(plain) is plain
 
 
 def test_a_model_that_cannot_be_loaded_is_reported_by_the_server_process(tmp_path):

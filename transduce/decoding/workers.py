@@ -131,14 +131,15 @@ def _child(share: list[int], jobs: Sequence, decode: Callable, pipe: int) -> NoR
             answer = ("results", {i: decode(jobs[i]) for i in share})
             code = 0
         except BaseException as error:  # Ctrl-C too: the parent reports it
-            answer = ("error", _picklable(error))
+            answer = ("error", picklable(error))
         with os.fdopen(pipe, "wb") as out:
             pickle.dump(answer, out)
     finally:
         os._exit(code)
 
 
-def _picklable(error: BaseException) -> BaseException:
+def picklable(error: BaseException) -> BaseException:
+    """`error` itself if it crosses to another process, else a RuntimeError naming it."""
     try:
         pickle.loads(pickle.dumps(error))
         return error

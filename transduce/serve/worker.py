@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from ..decoding.workers import picklable
 from ..models.saved import given_paths
 from .engine import AttentionWork, Engine, ModelFacts, ScoreWork, TranslateWork
 
@@ -176,7 +177,7 @@ def _decode_forever(
     try:
         engine = Engine.load(models, device, int8, channel, precision)
     except Exception as error:
-        pipe.send(("error", _picklable(error)))
+        pipe.send(("error", picklable(error)))
         return
     pipe.send(("ok", engine.facts))
     while True:
@@ -190,15 +191,4 @@ def _decode_forever(
         try:
             pipe.send(("ok", getattr(engine, method)(works)))
         except Exception as error:  # e.g. BadRequest: the request is told, the child lives on
-            pipe.send(("error", _picklable(error)))
-
-
-def _picklable(error: Exception) -> Exception:
-    """`error` itself if it crosses the pipe, else a RuntimeError naming it."""
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(error))
-        return error
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
+            pipe.send(("error", picklable(error)))
