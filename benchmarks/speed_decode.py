@@ -177,42 +177,59 @@ def load_model(folder: Path):
     return Translator.load(folder, device="cpu").model
 
 
-def chosen_engines(args, load_model, vocab) -> dict:
-    """The engines `--engines` names (all by default), each built only when chosen: an export,
-    or torch.ao's deprecated route, is not paid for (nor its warnings printed) by a run that
-    leaves the engine out. `load_model()` gives transduce's model, loaded only for its engines:
-    once torch has run a product on two threads, CTranslate2 (two threads, batch 1) in the same
-    process took 18.9-22.0 s for what it did in 3.5-4.2 s alone (two OpenMP runtimes,
-    session 68)."""
-    hf_dir, ct2_dir, ct2_int8_dir = (args.out / n for n in ("hf", "ct2", "ct2-int8"))
+# The engines that read an export: its folder under OUT, the file that shows it done, and how.
+_CT2 = ("ct2", "model.bin", export_ctranslate2, {})
+_CT2_INT8 = ("ct2-int8", "model.bin", export_ctranslate2, {"quantize": "int8"})
+EXPORTS = {
+    "hf generate": ("hf", "config.json", export_hf, {}),
+    "ctranslate2": _CT2,
+    "ctranslate2 replicas": _CT2,  # one export for both ways of threading
+    "ctranslate2 int8": _CT2_INT8,
+    "ctranslate2 int8 replicas": _CT2_INT8,
+}
 
-    def ctranslate2(folder: Path, replicas: int = 1, **options):
-        if not (folder / "model.bin").exists():  # one export for both ways of threading
-            export_ctranslate2(args.model, folder, **options)
-        return ct2_engine(folder, vocab, args.threads, replicas)
 
-    def hf():
-        if not (hf_dir / "config.json").exists():
-            export_hf(args.model, hf_dir)
-        return hf_engine(hf_dir, vocab.pad, vocab.eos)
+def export_for(args, names: list[str]) -> None:
+    """The exports engines `names` read, each made once and before anything is timed: made in
+    an engine's own process, an export's progress bar would leave a thread there that keeps
+    transduce's workers off (decoding/workers.py)."""
+    for name in names:
+        if name in EXPORTS:
+            folder, done, export, options = EXPORTS[name]
+            if not (args.out / folder / done).exists():
+                export(args.model, args.out / folder, **options)
+
+
+def chosen_engines(args, vocab) -> dict:
+    """The builders of the engines `--engines` names (all by default), each called only in the
+    engine's own process (`one_run`): torch's model is never loaded where CTranslate2 runs (once
+    torch has run a product on two threads, CTranslate2 on two threads at batch 1 took 18.9-22.0
+    s for what it did in 3.5-4.2 s alone: two OpenMP runtimes, session 68), and torch.ao's
+    deprecated route is not paid for (nor its warnings printed) by a run that leaves it out.
+    The exports they read: `export_for`."""
+    folder = {name: args.out / EXPORTS[name][0] for name in EXPORTS}
+
+    def transduce(**options):
+        return lambda: transduce_engine(load_model(args.model), vocab, **options)
+
+    def ctranslate2(name: str, replicas: int = 1):
+        return lambda: ct2_engine(folder[name], vocab, args.threads, replicas)
 
     builders = {
-        "transduce": lambda: transduce_engine(load_model(), vocab),
-        "transduce int8": lambda: transduce_engine(load_model(), vocab, int8=True),
-        "transduce fp32": lambda: transduce_engine(load_model(), vocab, precision="fp32"),
-        "transduce 1 process": lambda: transduce_engine(load_model(), vocab, workers=1),
-        "transduce int8 1 process": lambda: transduce_engine(
-            load_model(), vocab, int8=True, workers=1
+        "transduce": transduce(),
+        "transduce int8": transduce(int8=True),
+        "transduce fp32": transduce(precision="fp32"),
+        "transduce 1 process": transduce(workers=1),
+        "transduce int8 1 process": transduce(int8=True, workers=1),
+        "transduce int8 torch.ao": lambda: transduce_engine(
+            torch_ao_int8(load_model(args.model)), vocab
         ),
-        "transduce int8 torch.ao": lambda: transduce_engine(torch_ao_int8(load_model()), vocab),
-        "hf generate": hf,
-        "ctranslate2": lambda: ctranslate2(ct2_dir),
-        "ctranslate2 int8": lambda: ctranslate2(ct2_int8_dir, quantize="int8"),
+        "hf generate": lambda: hf_engine(folder["hf generate"], vocab.pad, vocab.eos),
+        "ctranslate2": ctranslate2("ctranslate2"),
+        "ctranslate2 int8": ctranslate2("ctranslate2 int8"),
         # inter_threads: one translator per thread, as `transduce`'s workers (decoding/workers.py)
-        "ctranslate2 replicas": lambda: ctranslate2(ct2_dir, replicas=args.threads),
-        "ctranslate2 int8 replicas": lambda: ctranslate2(
-            ct2_int8_dir, replicas=args.threads, quantize="int8"
-        ),
+        "ctranslate2 replicas": ctranslate2("ctranslate2 replicas", replicas=args.threads),
+        "ctranslate2 int8 replicas": ctranslate2("ctranslate2 int8 replicas", args.threads),
     }
     if args.onmt_model:
         builders["opennmt-py (own weights)"] = lambda: onmt_engine(
@@ -223,7 +240,7 @@ def chosen_engines(args, load_model, vocab) -> dict:
     unknown = [name for name in chosen if name not in builders]
     if unknown:
         raise SystemExit(f"unknown engines {unknown}; choose from {list(builders)}")
-    return {name: builders[name]() for name in chosen}
+    return {name: builders[name] for name in chosen}
 
 
 def _ct2_version() -> dict[str, str]:
@@ -241,9 +258,8 @@ def speed(args) -> None:
     sources = [test.pair(i)[0].tolist() for i in range(len(test))]
     text = data.text("test").tgt
     references = [text[i] for i in test.index]  # the lines that were kept, in order
-    # Built here for their exports only, before anything is timed: each run is a process of its
-    # own (`isolated`).
-    names = list(chosen_engines(args, lambda: load_model(args.model), vocab))
+    names = list(chosen_engines(args, vocab))  # each run a process of its own (`isolated`)
+    export_for(args, names)
     cases = {64: sources, 1: sources[: args.batch_1_lines]}
     cases = {batch: cases[batch] for batch in args.batches}
     results = []
@@ -315,7 +331,8 @@ def one_run(args) -> None:
     lines = len(test) if args.one_run == 64 else args.batch_1_lines
     sources = [test.pair(i)[0].tolist() for i in range(min(lines, len(test)))]
     torch.set_num_threads(args.threads)
-    (engine,) = chosen_engines(args, lambda: load_model(args.model), data.vocab).values()
+    (build,) = chosen_engines(args, data.vocab).values()
+    engine = build()
     outputs, seconds = engine(sources, args.one_run)
     (args.out / "one-run.json").write_text(json.dumps({"outputs": outputs, "seconds": seconds}))
 

@@ -202,7 +202,7 @@ class Trainer:
         quiet = None if self.processes.is_main else True
         bar = tqdm(total=self.config.train.max_steps, initial=self.progress.step, unit="step",
                    disable=quiet, dynamic_ncols=True)  # fmt: skip
-        # Closed come what may: the bar's and the log's threads must not outlive a run.
+        # Both closed come what may: the log's TensorBoard thread must not outlive a run.
         with self.stops.listening(), closing(self.log), bar:
             self._train(bar)
         return self._average()
