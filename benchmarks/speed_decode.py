@@ -1,9 +1,10 @@
 """Decoding speed, side by side on the same weights: transduce (as `translate` decodes by default,
 `decode.precision=auto`, the batches shared by one process per thread; "transduce fp32" in
 float32 throughout; dynamic int8; "1 process": `--workers 1`, one process whose threads share
-each batch), Hugging Face `generate` and CTranslate2 (float32 and int8; "replicas": one
-translator per thread, `inter_threads`) through `transduce export`, and optionally OpenNMT-py on
-its own model of the same size.
+each batch; "layers": each step through the decoder's modules, not `models/step_plan.py`),
+Hugging Face `generate` and CTranslate2 (float32 and int8; "replicas": one translator per
+thread, `inter_threads`) through `transduce export`, and optionally OpenNMT-py on its own model
+of the same size.
 
     python benchmarks/speed_decode.py --model RUN --prepared DATA --out bench/speed-decode \
         [--onmt-model M.pt --onmt-bin VENV/bin] [--rounds 2] [--threads 2] [--batch-1-lines 200]
@@ -209,8 +210,14 @@ def chosen_engines(args, vocab) -> dict:
     The exports they read: `export_for`."""
     folder = {name: args.out / EXPORTS[name][0] for name in EXPORTS}
 
-    def transduce(**options):
-        return lambda: transduce_engine(load_model(args.model), vocab, **options)
+    def transduce(layers: bool = False, **options):
+        def build():
+            model = load_model(args.model)
+            # "layers": each step through the decoder's modules, as before session 70's plan
+            model.written_out_steps = not layers
+            return transduce_engine(model, vocab, **options)
+
+        return build
 
     def ctranslate2(name: str, replicas: int = 1):
         return lambda: ct2_engine(folder[name], vocab, args.threads, replicas)
@@ -220,6 +227,8 @@ def chosen_engines(args, vocab) -> dict:
         "transduce int8": transduce(int8=True),
         "transduce fp32": transduce(precision="fp32"),
         "transduce 1 process": transduce(workers=1),
+        "transduce layers": transduce(layers=True),
+        "transduce layers 1 process": transduce(layers=True, workers=1),
         "transduce int8 1 process": transduce(int8=True, workers=1),
         "transduce int8 torch.ao": lambda: transduce_engine(
             torch_ao_int8(load_model(args.model)), vocab

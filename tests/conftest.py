@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from transduce.config import RnnConfig, TransformerConfig
-from transduce.models import bf16
+from transduce.models import bf16, matmul
 from transduce.models.rnn import RnnEncoderDecoder
 from transduce.models.transformer import Transformer
 
@@ -83,6 +83,17 @@ def product_cache_settings(monkeypatch):
             monkeypatch.setenv(name, os.environ[name])  # restored on teardown
         else:
             monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def product_route():
+    """Whatever a test did to the CPU products' route (`matmul.use_onednn`, or a torch without
+    the operator patched in), the next test starts on the route as it was: torn down after
+    every other fixture (until session 70 one test of test_matmul.py left it off, and every
+    test after it decoded without oneDNN)."""
+    route = matmul._enabled
+    yield
+    matmul._enabled = route
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ family's cache shares: which sentences a reorder keeps.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -91,6 +92,8 @@ class DecoderCache:
     src_pad_mask: Tensor  # (B, S), one row per sentence
     group: int = 1
     length: int = field(default=0)  # target positions already decoded
+    # The search's `step_plan.StepPlan`, made at its first step; False where the modules decode.
+    plan: Any = field(default=None, repr=False)
 
     def reorder(self, index: Tensor, group: int | None = None) -> None:
         """Keep rows `index` (N',), in that order: beam selection and dropping finished sentences.

@@ -18,6 +18,7 @@ from .cache import DecoderCache, LayerCache
 from .contract import AttentionMaps, Encoded
 from .dropout import Dropout
 from .matmul import Linear, linear
+from .step_plan import plan_for
 
 
 def sinusoidal_positions(n_positions: int, d_model: int) -> Tensor:
@@ -50,7 +51,12 @@ class Embeddings(nn.Module):
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """(B, T) ids at positions offset..offset+T-1 -> (B, T, d_model)."""
-        end = offset + tokens.size(1)
+        position = self.positions_from(offset, tokens.size(1))
+        return self.dropout(self.tokens(tokens) * self.scale + position)
+
+    def positions_from(self, offset: int, length: int) -> Tensor:
+        """(length, d_model): the encodings of positions offset..offset+length-1."""
+        end = offset + length
         if self.learned:
             if end > self.max_positions:
                 raise ValueError(
@@ -63,9 +69,7 @@ class Embeddings(nn.Module):
             if end > table.size(0):
                 table = sinusoidal_positions(end, table.size(1)).to(table.device)
             position = table[offset:end]
-        return self.dropout(
-            self.tokens(tokens) * self.scale + position.to(self.tokens.weight.dtype)
-        )
+        return position.to(self.tokens.weight.dtype)
 
 
 class FeedForward(nn.Module):
@@ -170,6 +174,8 @@ class DecoderLayer(nn.Module):
 class Transformer(nn.Module):
     """The encoder-decoder of s3 with tied embeddings (s3.4); implements `contract.Seq2Seq`."""
 
+    written_out_steps = True  # `step` through `step_plan` where it applies; False: the layers
+
     def __init__(self, config: TransformerConfig, pad: int = 0):
         super().__init__()
         if config.vocab_size <= 0:
@@ -251,7 +257,12 @@ class Transformer(nn.Module):
         return DecoderCache(layers, encoded.src_pad_mask, group)
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
-        """The next position: tokens (N, 1), the last output of each row -> logits (N, V)."""
+        """The next position: tokens (N, 1), the last output of each row -> logits (N, V).
+
+        On a CPU written out by a `step_plan.StepPlan`, bit for bit the layers' outputs."""
+        plan = plan_for(self, tokens, cache) if self.written_out_steps else None
+        if plan is not None:
+            return plan.step(tokens, cache)
         logits, _ = self._decode(tokens, cache)
         return logits[:, -1]
 
