@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import sys
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -123,6 +124,29 @@ def test_decoding_leaves_small_products_to_mkl_and_training_does_not(onednn_call
         linear(torch.randn(4, 8), torch.randn(7, 8))  # a larger weight
     linear(torch.randn(4, 8), weight.requires_grad_())  # training
     assert onednn_calls == ["packed", "packed", "packed", "plain"]
+
+
+@pytest.mark.parametrize("rows, n_out", [(4, 6), (5, 6), (4, 7)])
+@pytest.mark.parametrize("context", ["packed", "plain", "route off"])
+def test_a_product_chosen_once_takes_linears_route_and_its_values(
+    onednn_calls, monkeypatch, rows, n_out, context
+):
+    """`product_for_decoding` (the decoding step's plan) routes each product as `linear`
+    would, by the weight's size and the row count, and gives the same values bit for bit."""
+    monkeypatch.setattr(matmul, "MKL_ROWS", 4)
+    monkeypatch.setattr(matmul, "MKL_WEIGHT_ENTRIES", 6 * 8)
+    if context == "route off":
+        matmul.use_onednn(False)
+    weight, bias, x = torch.randn(n_out, 8), torch.randn(n_out), torch.randn(rows, 8)
+    packing = matmul.packed_for_inference() if context == "packed" else nullcontext()
+    with torch.no_grad(), packing:
+        expected = linear(x, weight, bias)
+        by_linear = list(onednn_calls)
+        got = matmul.product_for_decoding(weight, bias)(x)
+    assert torch.equal(got, expected)
+    assert onednn_calls == by_linear * 2
+    with_mkl = context == "route off" or (rows, n_out) == (4, 6)  # 4 rows by a small weight
+    assert len(by_linear) == (0 if with_mkl else 1)
 
 
 def test_only_float32_cpu_outside_autocast_and_compile_takes_the_route(onednn_calls, monkeypatch):
