@@ -1,25 +1,50 @@
-import time, torch, statistics, sys
+"""Session 70: the 19 products of a decoding step of `small`, cycled as a step reads them (so
+their weights come from memory, not cache), by route: oneDNN packed for 64, 4 or 1 rows, oneDNN
+plain, MKL as x W^T and as W x^T.
+
+    python benchmarks/runs/speed/s70-step-products.py [THREADS] [ROWS]
+"""
+
+import statistics
+import sys
+import time
+
+import torch
+
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
 rows = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-shapes = [(768,256),(256,256),(256,256),(256,256),(1024,256),(256,1024)]*3 + [(8000,256)]
-W = [torch.randn(s) * 0.05 for s in shapes]
-B = [torch.randn(s[0]) for s in shapes]
-P = {r: [torch.ops.mkldnn._reorder_linear_weight(w, r) for w in W] for r in (1, 4, 64)}
-def cyc(f, reps=100):
-    xs = [torch.randn(rows, s[1]) for s in shapes]
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for i in range(len(W)):
-            f(i, xs[i])
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts) * 1e3
-def onednn(P):
-    return lambda i, x: torch.ops.mkldnn._linear_pointwise(x, P[i], B[i], "none", [], "")
-res = {}
-for name, f in [("onednn packed64", onednn(P[64])), ("onednn packed4", onednn(P[4])), ("onednn packed1", onednn(P[1])),
-                ("onednn plain", onednn(W)), ("mkl xW^T", lambda i, x: torch.nn.functional.linear(x, W[i], B[i])),
-                ("mkl Wx^T", lambda i, x: torch.addmm(B[i][:, None], W[i], x.t()).t()),]:
-    res[name] = cyc(f)
-for k, v in res.items(): print(f"{k:18s} {v:.3f} ms per 19 products")
-print("weights MB", sum(w.numel() for w in W) * 4 / 1e6)
+layer = [(768, 256), (256, 256), (256, 256), (256, 256), (1024, 256), (256, 1024)]
+shapes = layer * 3 + [(8000, 256)]
+weights = [torch.randn(shape) * 0.05 for shape in shapes]
+biases = [torch.randn(shape[0]) for shape in shapes]
+packed = {n: [torch.ops.mkldnn._reorder_linear_weight(w, n) for w in weights] for n in (1, 4, 64)}
+
+
+def ms_per_cycle(product, repeats: int = 100) -> float:
+    inputs = [torch.randn(rows, shape[1]) for shape in shapes]
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for i, x in enumerate(inputs):
+            product(i, x)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def onednn(weights_read):
+    return lambda i, x: torch.ops.mkldnn._linear_pointwise(
+        x, weights_read[i], biases[i], "none", [], ""
+    )
+
+
+routes = {
+    "onednn packed64": onednn(packed[64]),
+    "onednn packed4": onednn(packed[4]),
+    "onednn packed1": onednn(packed[1]),
+    "onednn plain": onednn(weights),
+    "mkl xW^T": lambda i, x: torch.nn.functional.linear(x, weights[i], biases[i]),
+    "mkl Wx^T": lambda i, x: torch.addmm(biases[i][:, None], weights[i], x.t()).t(),
+}
+for name, product in routes.items():
+    print(f"{name:18s} {ms_per_cycle(product):.3f} ms per 19 products")
+print("weights MB", sum(w.numel() for w in weights) * 4 / 1e6)
