@@ -120,5 +120,7 @@ def test_the_clients_keep_that_many_requests_in_flight_and_each_latency_is_its_o
         server.shutdown()
         server.server_close()
     assert dict(result.statuses) == {200: 8} and most[0] == 4
-    assert max(result.latencies) < 0.5
-    assert result.seconds < 1.2  # two rounds, not eight
+    # Counted from the load's start, the second round's four would take 0.6 s. One request may
+    # carry a first connection's setup on a loaded host (1.1 s once in CI on a slow 2-core one).
+    assert sum(latency < 0.5 for latency in result.latencies) >= 7
+    assert result.seconds < 2.0  # two rounds, not eight (2.4 s)
