@@ -90,6 +90,29 @@ def attention_reference(
     return weights @ v, weights
 
 
+def sentence_queries(q: Tensor, n_sentences: int) -> Tensor:
+    """Queries q (N, h, Tq, d) whose g = N / B consecutive rows (a sentence's beams) share one
+    sentence's keys -> (B, h, g * Tq, d): the beams as extra queries of their sentence, so that
+    the keys and values are never copied per beam. A view where g is 1."""
+    n_rows, n_heads, n_queries, width = q.shape
+    group = n_rows // n_sentences
+    if group == 1:
+        return q
+    q = q.reshape(n_sentences, group, n_heads, n_queries, width).transpose(1, 2)
+    return q.reshape(n_sentences, n_heads, group * n_queries, width)
+
+
+def row_outputs(out: Tensor, n_rows: int, n_queries: int) -> Tensor:
+    """`sentence_queries` undone on what attention made of them: (B, h, g * Tq, .) ->
+    (N, h, Tq, .)."""
+    n_sentences, n_heads = out.shape[:2]
+    group = n_rows // n_sentences
+    if group == 1:
+        return out
+    out = out.reshape(n_sentences, n_heads, group, n_queries, -1).transpose(1, 2)
+    return out.reshape(n_rows, n_heads, n_queries, -1)
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(QW^Q_i, ...).
 
@@ -227,10 +250,7 @@ class MultiHeadAttention(nn.Module):
         the weights (N, h, Tq, Tk).
         """
         n_rows, _, n_queries, _ = q.shape
-        group = n_rows // k.size(0)
-        if group > 1:  # (B, g, h, Tq, d_k) -> (B, h, g * Tq, d_k)
-            q = q.reshape(k.size(0), group, self.h, n_queries, self.d_k).transpose(1, 2)
-            q = q.reshape(k.size(0), self.h, group * n_queries, self.d_k)
+        q = sentence_queries(q, k.size(0))
         dropout = self.dropout if self.training else 0.0
         if need_weights or self._explicit_is_faster(n_queries, k.size(2), q.device):
             if is_causal:
@@ -243,11 +263,7 @@ class MultiHeadAttention(nn.Module):
                     q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
                 )
             weights = None
-        if group > 1:  # (B, h, g * Tq, d) -> (N, h, Tq, d)
-            out = out.reshape(k.size(0), self.h, group, n_queries, -1).transpose(1, 2)
-            out = out.reshape(n_rows, self.h, n_queries, -1)
-            if weights is not None:
-                weights = weights.reshape(k.size(0), self.h, group, n_queries, -1).transpose(1, 2)
-                weights = weights.reshape(n_rows, self.h, n_queries, -1)
+        out = row_outputs(out, n_rows, n_queries)
+        weights = None if weights is None else row_outputs(weights, n_rows, n_queries)
         out = out.transpose(1, 2).reshape(n_rows, n_queries, self.h * self.d_v)  # (N, Tq, h*d_v)
         return self.w_o(out), weights

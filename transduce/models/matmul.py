@@ -181,13 +181,23 @@ def _autocast_on_cpu() -> bool:
 
 def _takes_onednn(x: Tensor, weight: Tensor, grad: bool) -> bool:
     return (
-        (_enabled.training if grad else _enabled.decoding)
+        _route_open(weight, grad)
         and x.device.type == "cpu"
-        and x.dtype == weight.dtype == torch.float32
+        and x.dtype == weight.dtype
         and x.numel() > 0
+        and (grad or x.numel() > MKL_ROWS * x.size(-1) or weight.numel() > MKL_WEIGHT_ENTRIES)
+    )
+
+
+def _route_open(weight: Tensor, grad: bool) -> bool:
+    """Whether products of `weight` may take oneDNN, whatever their input: the route on for
+    training (`grad`) or decoding, a float32 CPU weight, outside autocast and torch.compile."""
+    return (
+        (_enabled.training if grad else _enabled.decoding)
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
         and not _autocast_on_cpu()
         and not torch.compiler.is_compiling()
-        and (grad or x.numel() > MKL_ROWS * x.size(-1) or weight.numel() > MKL_WEIGHT_ENTRIES)
     )
 
 
@@ -229,14 +239,7 @@ def product_for_decoding(weight: Tensor, bias: Tensor | None) -> Callable[[Tenso
     whose routes choose by the row count too."""
     if int8.active() or bf16_decoding.active():
         return partial(linear, weight=weight, bias=bias)
-    onednn = (
-        _enabled.decoding
-        and weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-        and not _autocast_on_cpu()
-        and not torch.compiler.is_compiling()
-    )
-    if not onednn:
+    if not _route_open(weight, grad=False):
         return partial(F.linear, weight=weight, bias=bias)
     packed = _packed_or_plain(weight)
     if weight.numel() > MKL_WEIGHT_ENTRIES:

@@ -13,7 +13,6 @@ ordinary (training, gradients, a GPU, hooks, a layer swapped for another kind) t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import matmul
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, attention_reference, row_outputs, sentence_queries
 from .cache import DecoderCache, LayerCache
 
 Product = Callable[[Tensor], Tensor]
@@ -63,8 +62,7 @@ class StepPlan:
 
     def __init__(self, model: nn.Module, padded: bool):
         config = model.config
-        self.h, self.d_k, self.d_v = config.h, config.d_k, config.d_v
-        self.scale = math.sqrt(self.d_k)
+        self.h, self.d_v = config.h, config.d_v
         self.pre_norm = config.pre_norm
         self.padded = padded  # whether any source is padded: else no mask to apply
         self.embed = model.tgt_embed
@@ -77,11 +75,11 @@ class StepPlan:
         # `Embeddings` in eval mode, over (N, d_model) rather than (N, 1, d_model)
         position = self.embed.positions_from(cache.length, 1)
         x = F.embedding(tokens[:, 0], self.embed.tokens.weight) * self.embed.scale + position
-        blocked = ~cache.src_pad_mask[:, None, None, :] if self.padded else None  # (B, 1, 1, S)
+        mask = cache.src_pad_mask[:, None, None, :] if self.padded else None  # (B, 1, 1, S)
         for layer, layer_cache in zip(self.layers, cache.layers, strict=True):
             self_norm, cross_norm, ffn_norm = layer.norms
             x = self._residual(x, self_norm, self._self_attention, layer, layer_cache)
-            x = self._residual(x, cross_norm, self._cross_attention, layer, layer_cache, blocked)
+            x = self._residual(x, cross_norm, self._cross_attention, layer, layer_cache, mask)
             x = self._residual(x, ffn_norm, self._ffn, layer)
         cache.length += 1
         if self.final_norm is not None:
@@ -100,10 +98,10 @@ class StepPlan:
         return layer.self_out(self._attend(q, k, v, None))
 
     def _cross_attention(
-        self, x: Tensor, layer: LayerPlan, cache: LayerCache, blocked: Tensor | None
+        self, x: Tensor, layer: LayerPlan, cache: LayerCache, mask: Tensor | None
     ) -> Tensor:
         q = self._heads(layer.cross_q(x))
-        return layer.cross_out(self._attend(q, cache.cross_k, cache.cross_v, blocked))
+        return layer.cross_out(self._attend(q, cache.cross_k, cache.cross_v, mask))
 
     def _ffn(self, x: Tensor, layer: LayerPlan) -> Tensor:
         return layer.ffn_out(torch.relu(layer.ffn_in(x)))
@@ -112,23 +110,13 @@ class StepPlan:
         """(N, h * d) -> (N, h, 1, d), the shape the modules' attention gets."""
         return x.view(x.size(0), 1, self.h, -1).transpose(1, 2)
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, blocked: Tensor | None) -> Tensor:
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """`MultiHeadAttention.attend` at one query a row on the CPU (the explicit formula):
-        q (N, h, 1, d_k) over k, v (B, h, S, .), each sentence's g = N / B rows as extra queries
-        of its keys. -> (N, h * d_v)."""
-        n_rows, n_sentences = q.size(0), k.size(0)
-        group = n_rows // n_sentences
-        if group > 1:  # (B, g, h, 1, d_k) -> (B, h, g, d_k)
-            q = q.reshape(n_sentences, group, self.h, 1, self.d_k).transpose(1, 2)
-            q = q.reshape(n_sentences, self.h, group, self.d_k)
-        scores = q @ k.transpose(-2, -1) / self.scale
-        if blocked is not None:
-            scores = scores.masked_fill(blocked, float("-inf"))
-        out = torch.softmax(scores, dim=-1) @ v
-        if group > 1:  # (B, h, g, d_v) -> (N, h, 1, d_v)
-            out = out.reshape(n_sentences, self.h, group, 1, -1).transpose(1, 2)
-            out = out.reshape(n_rows, self.h, 1, -1)
-        return out.transpose(1, 2).reshape(n_rows, self.h * self.d_v)
+        q (N, h, 1, d_k) over k, v (B, h, S, .), a sentence's rows as extra queries of its
+        keys. -> (N, h * d_v)."""
+        n_rows = q.size(0)
+        out, _ = attention_reference(sentence_queries(q, k.size(0)), k, v, mask)
+        return row_outputs(out, n_rows, 1).transpose(1, 2).reshape(n_rows, self.h * self.d_v)
 
 
 def _layer_plan(layer: nn.Module) -> LayerPlan:
