@@ -307,11 +307,11 @@ def speed(args) -> None:
     print("| batch | engine | sentences/s | generated tokens/s | x transduce | BLEU (lc tok) |")
     print("|---|---|---|---|---|---|")
     for r in results:
-        ours = next(x for x in results if x["batch"] == r["batch"] and x["engine"] == "transduce")
-        ratio = r["sentences_per_s"] / ours["sentences_per_s"]
+        ours = [x for x in results if x["batch"] == r["batch"] and x["engine"] == "transduce"]
+        ratio = f"{r['sentences_per_s'] / ours[0]['sentences_per_s']:.2f}" if ours else "-"
         print(
             f"| {r['batch']} | {r['engine']} | {r['sentences_per_s']:.1f} | "
-            f"{r['generated_tokens_per_s']:,.0f} | {ratio:.2f} "
+            f"{r['generated_tokens_per_s']:,.0f} | {ratio} "
             f"| {r['bleu_lc_tok']:.2f} |"
         )
 

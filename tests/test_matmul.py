@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from tests.conftest import BOS, EOS, PAD, tiny_model
 from transduce.decoding.search import beam_search
-from transduce.models import matmul
+from transduce.models import int8, matmul
 from transduce.models.matmul import Linear, linear
 
 pytestmark = pytest.mark.skipif(not matmul._available, reason="this torch has no oneDNN")
@@ -147,6 +147,35 @@ def test_a_product_chosen_once_takes_linears_route_and_its_values(
     assert onednn_calls == by_linear * 2
     with_mkl = context == "route off" or (rows, n_out) == (4, 6)  # 4 rows by a small weight
     assert len(by_linear) == (0 if with_mkl else 1)
+
+
+@pytest.mark.skipif(not int8.available, reason="this torch has no oneDNN int8 products")
+def test_inside_int8_a_product_chosen_once_takes_int8_by_the_row_count_without_linear(
+    onednn_calls, monkeypatch
+):
+    """Inside `int8_products` the plan's product is int8 where `linear`'s would be (the bar is
+    rows x weight entries) and float32's chosen route elsewhere, its values `linear`'s bit for
+    bit, and `linear` itself is never called: a sentence at a time on a CPU without VNNI keeps
+    the float32 route's speed under `--int8`."""
+    monkeypatch.setattr(int8, "MIN_MULTIPLY_ADDS", 8 * 6 * 8)
+    monkeypatch.setattr(int8, "MIN_WEIGHT", None)
+    quantized = []
+    real = int8._product
+    monkeypatch.setattr(int8, "_product", lambda *a: quantized.append(1) or real(*a))
+    weight, bias = torch.randn(6, 8), torch.randn(6)
+    with torch.no_grad(), int8.int8_products():
+        product = matmul.product_for_decoding(weight, bias)
+        expected = {rows: linear(torch.ones(rows, 8) * rows, weight, bias) for rows in (7, 8)}
+        assert len(quantized) == 1 and len(onednn_calls) == 1  # 8 rows int8, 7 float32
+        monkeypatch.setattr(matmul, "linear", None)  # the plan's products never call it
+        for rows in (7, 8):
+            assert torch.equal(product(torch.ones(rows, 8) * rows), expected[rows])
+    assert len(quantized) == 2 and len(onednn_calls) == 2
+    with torch.no_grad():  # outside the context: float32
+        assert matmul.product_for_decoding(weight, bias)(torch.ones(8, 8)).equal(
+            linear(torch.ones(8, 8), weight, bias)
+        )
+    assert len(quantized) == 2
 
 
 def test_only_float32_cpu_outside_autocast_and_compile_takes_the_route(onednn_calls, monkeypatch):

@@ -10,7 +10,8 @@ import torch
 
 from tests.conftest import SENTENCES, SPECIALS, padded_sources, tiny_model
 from transduce.decoding.search import beam_search
-from transduce.models import matmul, step_plan
+from transduce.models import bf16_decoding, int8, matmul, step_plan
+from transduce.models.bf16_decoding import bf16_products
 from transduce.models.int8 import int8_products
 from transduce.models.transformer import DecoderLayer
 
@@ -55,6 +56,17 @@ def _every_product_onednn(monkeypatch) -> None:
     monkeypatch.setattr(matmul, "MKL_WEIGHT_ENTRIES", 0)
 
 
+def _some_products_lowered(monkeypatch, module) -> None:
+    """int8's or bfloat16's bar (multiply-adds) where the toy's products cross it both ways:
+    with 4 sentences widened to 12 rows and down to 9, a 16 x 16 weight takes it at 12 rows
+    and not at 9, the 48 x 16 stacked projections at every count, the 12 x 16 output never."""
+    monkeypatch.setattr(module, "MIN_MULTIPLY_ADDS", 12 * 16 * 16)
+    if module is int8:
+        monkeypatch.setattr(int8, "MIN_WEIGHT", None)
+    else:
+        monkeypatch.setattr(bf16_decoding, "MIN_ROWS", 1 << 30)
+
+
 ROUTES = {
     "as decoding takes them": lambda monkeypatch: matmul.packed_for_inference(),
     "every product oneDNN, prepacked": lambda monkeypatch: (
@@ -62,10 +74,33 @@ ROUTES = {
     ),
     "oneDNN unpacked": lambda monkeypatch: _every_product_onednn(monkeypatch) or nullcontext(),
     "int8's context": lambda monkeypatch: int8_products(),
+    "int8 on some products": lambda monkeypatch: (
+        _some_products_lowered(monkeypatch, int8) or int8_products()
+    ),
+    "bfloat16 on some products": lambda monkeypatch: (
+        _some_products_lowered(monkeypatch, bf16_decoding) or bf16_products()
+    ),
 }
 
 
-@pytest.mark.parametrize("route", ROUTES)
+def _bf16_runs() -> bool:
+    """Whether oneDNN's bfloat16 products run on this CPU at all (natively or emulated: they
+    need AVX-512 BW/VL/DQ or AVX-NE-CONVERT)."""
+    if not bf16_decoding.available:
+        return False
+    try:
+        bf16_decoding._packed_copy(torch.ones(2, 2))
+    except RuntimeError:
+        return False
+    return True
+
+
+def _route_params():
+    no_bf16 = pytest.mark.skipif(not _bf16_runs(), reason="no bfloat16 products on this CPU")
+    return [pytest.param(r, marks=no_bf16) if "bfloat16" in r else r for r in ROUTES]
+
+
+@pytest.mark.parametrize("route", _route_params())
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_written_out_steps_equal_the_layers_bit_for_bit(variant, route, monkeypatch):
     planned, layered = _twins(torch.float32, **VARIANTS[variant])

@@ -19,6 +19,7 @@ who measures otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import torch
@@ -95,7 +96,34 @@ def maybe_bf16(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
         or torch.compiler.is_compiling()
     ):
         return None
-    packed = copy_of(store, weight, _packed_copy)
+    return _product(x, copy_of(store, weight, _packed_copy), bias)
+
+
+def product_for_decoding(
+    weight: Tensor, bias: Tensor | None
+) -> Callable[[Tensor], Tensor | None] | None:
+    """`maybe_bf16(x, weight, bias)` for float32 inputs x (M, K), the weight's checks made once
+    (`matmul.product_for_decoding`, for `step_plan`): None where no product of this weight
+    takes the route (no context open, a weight not float32 on the CPU). What it returns still
+    chooses by the row count, and hands back None for a product that stays float32."""
+    store = _copies.store
+    if (
+        store is None
+        or weight.dtype != torch.float32
+        or weight.device.type != "cpu"
+        or torch.compiler.is_compiling()
+    ):
+        return None
+
+    def product(x: Tensor) -> Tensor | None:
+        if not _worth_it(x.size(0), weight):
+            return None
+        return _product(x, copy_of(store, weight, _packed_copy), bias)
+
+    return product
+
+
+def _product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
     product = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), packed, None, "none", [], "")
     return product.float() if bias is None else product.float().add_(bias)
 

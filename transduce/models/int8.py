@@ -23,6 +23,7 @@ VNNI the bar is higher and a sentence at a time stays float32 (session 26).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
@@ -100,8 +101,36 @@ def maybe_int8(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
         or torch.compiler.is_compiling()
     ):
         return None
+    return _product(x, copy_of(store, weight, Int8Weight.of), bias)
+
+
+def product_for_decoding(
+    weight: Tensor, bias: Tensor | None
+) -> Callable[[Tensor], Tensor | None] | None:
+    """`maybe_int8(x, weight, bias)` for float32 inputs x (M, K), the weight's checks made once
+    (`matmul.product_for_decoding`, for `step_plan`): None where no product of this weight
+    takes int8 (no context open, a weight not float32 on the CPU). What it returns still
+    chooses by the row count, and hands back None for a product that stays float32."""
+    store = _copies.store
+    if (
+        store is None
+        or weight.dtype != torch.float32
+        or weight.device.type != "cpu"
+        or torch.compiler.is_compiling()
+    ):
+        return None
+    size = weight.numel()
+
+    def product(x: Tensor) -> Tensor | None:
+        if not _worth_it(x.size(0), size):
+            return None
+        return _product(x, copy_of(store, weight, Int8Weight.of), bias)
+
+    return product
+
+
+def _product(x: Tensor, w: Int8Weight, bias: Tensor | None) -> Tensor:
     q_x, scale, zero_point = _quantized_rows(x)
-    w = copy_of(store, weight, Int8Weight.of)
     return torch.ops.onednn.qlinear_pointwise(
         q_x, scale, zero_point, w.packed, w.scales, w.zero_points, bias,
         1.0, 0, torch.float32, "none", [], "",

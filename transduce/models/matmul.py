@@ -235,10 +235,32 @@ def product_for_decoding(weight: Tensor, bias: Tensor | None) -> Callable[[Tenso
     the weight as it is now: the same products bit for bit, without `linear`'s checks at each
     (`step_plan`: a step of `small` at batch 1 is 19 products, ~12 us of checks each against
     ~70 us of product). For as long as the weight, the route and the open contexts stay as
-    they are: one search. Inside `int8_products` or `bf16_products` each product is `linear`'s,
-    whose routes choose by the row count too."""
-    if int8.active() or bf16_decoding.active():
-        return partial(linear, weight=weight, bias=bias)
+    they are: one search. Inside `int8_products` or `bf16_products` a product still chooses
+    int8 or bfloat16 by its row count, as `linear` does, and float32's route where neither
+    gains (inside `int8_products` on a CPU without VNNI, every product of a sentence at a time)."""
+    float32 = _float32_product(weight, bias)
+    lowered = [
+        product
+        for product in (
+            int8.product_for_decoding(weight, bias),  # int8 first where both are on, as `linear`
+            bf16_decoding.product_for_decoding(weight, bias),
+        )
+        if product is not None
+    ]
+    if not lowered:
+        return float32
+
+    def product(x: Tensor) -> Tensor:
+        for lower in lowered:
+            out = lower(x)
+            if out is not None:
+                return out
+        return float32(x)
+
+    return product
+
+
+def _float32_product(weight: Tensor, bias: Tensor | None) -> Callable[[Tensor], Tensor]:
     if not _route_open(weight, grad=False):
         return partial(F.linear, weight=weight, bias=bias)
     packed = _packed_or_plain(weight)
