@@ -7,9 +7,10 @@ every product and the attention's branches, all asked again at every step althou
 hold for a whole search. A `StepPlan` asks them once, when the search's first step comes: whether
 the layers are this package's own, unhooked and in eval mode, and which route each product takes
 (`matmul.product_for_decoding`; under `--int8` or bfloat16 decoding, which products may take
-those, each still choosing by its row count as `linear` does). A step then runs the same operators on the same shapes, so its
-outputs are the modules' bit for bit (tests/test_step_plan.py); where anything is out of the
-ordinary (training, gradients, a GPU, hooks, a layer swapped for another kind) the modules decode.
+those, each still choosing by its row count as `linear` does). A step then runs the same
+operators on the same shapes, so its outputs are the modules' bit for bit
+(tests/test_step_plan.py); where anything is out of the ordinary (training, gradients, a GPU,
+hooks, a layer swapped for another kind) the modules decode.
 """
 
 from __future__ import annotations
