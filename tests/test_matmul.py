@@ -164,10 +164,10 @@ def test_inside_int8_a_product_chosen_once_takes_int8_by_the_row_count_without_l
     monkeypatch.setattr(int8, "_product", lambda *a: quantized.append(1) or real(*a))
     weight, bias = torch.randn(6, 8), torch.randn(6)
     with torch.no_grad(), int8.int8_products():
-        product = matmul.product_for_decoding(weight, bias)
         expected = {rows: linear(torch.ones(rows, 8) * rows, weight, bias) for rows in (7, 8)}
         assert len(quantized) == 1 and len(onednn_calls) == 1  # 8 rows int8, 7 float32
         monkeypatch.setattr(matmul, "linear", None)  # the plan's products never call it
+        product = matmul.product_for_decoding(weight, bias)
         for rows in (7, 8):
             assert torch.equal(product(torch.ones(rows, 8) * rows), expected[rows])
     assert len(quantized) == 2 and len(onednn_calls) == 2
