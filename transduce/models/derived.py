@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
+import torch
 from torch import Tensor
 
 T = TypeVar("T")
@@ -44,6 +45,18 @@ class CopyScope(Generic[T]):
 
     def __init__(self) -> None:
         self.store: WeightCopies[T] | None = None
+
+    def store_for(self, weight: Tensor) -> WeightCopies[T] | None:
+        """The open store, where products of `weight` may take this kind of copy at all: None
+        outside a context, for a weight not float32 on the CPU, and inside torch.compile."""
+        if (
+            self.store is None
+            or weight.dtype != torch.float32
+            or weight.device.type != "cpu"
+            or torch.compiler.is_compiling()
+        ):
+            return None
+        return self.store
 
     @contextmanager
     def open(self, keep: WeightCopies[T] | None = None) -> Iterator[None]:

@@ -92,13 +92,12 @@ def active() -> bool:
 def maybe_int8(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
     """x (M, K) @ weight (N, K)^T + bias in int8, or None where it stays float32: no context
     open, not float32 on the CPU, or a product too small to gain (see the module's doc)."""
-    store = _copies.store
+    store = _copies.store_for(weight)
     if (
         store is None
-        or not _worth_it(x.size(0), weight.numel())
-        or not x.dtype == weight.dtype == torch.float32
+        or x.dtype != torch.float32
         or x.device.type != "cpu"
-        or torch.compiler.is_compiling()
+        or not _worth_it(x.size(0), weight.numel())
     ):
         return None
     return _product(x, copy_of(store, weight, Int8Weight.of), bias)
@@ -111,13 +110,8 @@ def product_for_decoding(
     (`matmul.product_for_decoding`, for `step_plan`): None where no product of this weight
     takes int8 (no context open, a weight not float32 on the CPU). What it returns still
     chooses by the row count, and hands back None for a product that stays float32."""
-    store = _copies.store
-    if (
-        store is None
-        or weight.dtype != torch.float32
-        or weight.device.type != "cpu"
-        or torch.compiler.is_compiling()
-    ):
+    store = _copies.store_for(weight)
+    if store is None:
         return None
     size = weight.numel()
 
