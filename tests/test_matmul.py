@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from tests.conftest import BOS, EOS, PAD, tiny_model
 from transduce.decoding.search import beam_search
-from transduce.models import int8, matmul
+from transduce.models import bf16_decoding, int8, matmul
 from transduce.models.matmul import Linear, linear
 
 pytestmark = pytest.mark.skipif(not matmul._available, reason="this torch has no oneDNN")
@@ -176,6 +176,35 @@ def test_inside_int8_a_product_chosen_once_takes_int8_by_the_row_count_without_l
             linear(torch.ones(8, 8), weight, bias)
         )
     assert len(quantized) == 2
+
+
+@pytest.mark.skipif(not int8.available, reason="this torch has no oneDNN int8 products")
+def test_with_int8_and_bfloat16_both_open_a_product_takes_the_route_linear_takes(monkeypatch):
+    """Both contexts open (any CPU: their products replaced by tagged stand-ins): int8 first where
+    its bar is met, bfloat16 where only its bar is, float32 below both and for an input that is
+    not float32 (autocast's bfloat16), as `linear` routes each."""
+    monkeypatch.setattr(int8, "MIN_MULTIPLY_ADDS", 8 * 6 * 8)
+    monkeypatch.setattr(int8, "MIN_WEIGHT", None)
+    monkeypatch.setattr(bf16_decoding, "MIN_MULTIPLY_ADDS", 6 * 6 * 8)
+    monkeypatch.setattr(bf16_decoding, "MIN_ROWS", 1 << 30)
+    monkeypatch.setattr(bf16_decoding, "_packed_copy", lambda weight: weight)
+    monkeypatch.setattr(int8, "_product", lambda x, w, bias: torch.full((x.size(0), 6), 8.0))
+    monkeypatch.setattr(
+        bf16_decoding, "_product", lambda x, w, bias: torch.full((x.size(0), 6), 16.0)
+    )
+    weight, bias = torch.randn(6, 8), torch.randn(6)
+    routes = {}
+    with torch.no_grad(), int8.int8_products(), bf16_decoding.bf16_products():
+        for rows in (5, 6, 8):
+            x = torch.randn(rows, 8)
+            got = matmul.product_for_decoding(weight, bias)(x)
+            assert torch.equal(got, linear(x, weight, bias))
+            routes[rows] = {8.0: "int8", 16.0: "bfloat16"}.get(got[0, 0].item(), "float32")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            x = torch.randn(8, 8).bfloat16()
+            got = matmul.product_for_decoding(weight, bias)(x)
+            assert got.dtype == torch.bfloat16 and torch.equal(got, linear(x, weight, bias))
+    assert routes == {5: "float32", 6: "bfloat16", 8: "int8"}
 
 
 def test_only_float32_cpu_outside_autocast_and_compile_takes_the_route(onednn_calls, monkeypatch):

@@ -104,13 +104,14 @@ def product_for_decoding(
     """`maybe_bf16(x, weight, bias)` for float32 inputs x (M, K), the weight's checks made once
     (`matmul.product_for_decoding`, for `step_plan`): None where no product of this weight
     takes the route (no context open, a weight not float32 on the CPU). What it returns still
-    chooses by the row count, and hands back None for a product that stays float32."""
+    chooses by the row count, and hands back None for a product that stays float32 (too few
+    rows, or an input not float32, as under autocast)."""
     store = _copies.store_for(weight)
     if store is None:
         return None
 
     def product(x: Tensor) -> Tensor | None:
-        if not _worth_it(x.size(0), weight):
+        if x.dtype != torch.float32 or not _worth_it(x.size(0), weight):
             return None
         return _product(x, copy_of(store, weight, _packed_copy), bias)
 
