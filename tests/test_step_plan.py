@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import SENTENCES, SPECIALS, padded_sources, tiny_model
+from tests.test_bf16_decoding import needs_native
 from transduce.decoding.search import beam_search
 from transduce.models import bf16_decoding, int8, matmul, step_plan
 from transduce.models.bf16_decoding import bf16_products
@@ -83,16 +84,10 @@ ROUTES = {
 }
 
 
-def _bf16_native() -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware, the only CPUs decoding takes the route
-    on (`bf16_decoding.chosen`), as tests/test_bf16_decoding.py asks."""
-    native = bf16_decoding._avx512_bf16 or bf16_decoding._amx
-    return bf16_decoding.available and native
-
-
 def _route_params():
-    no_bf16 = pytest.mark.skipif(not _bf16_native(), reason="this CPU has no bfloat16 products")
-    return [pytest.param(r, marks=no_bf16) if "bfloat16" in r else r for r in ROUTES]
+    """The bfloat16 route where this CPU multiplies bfloat16 in hardware, the only CPUs decoding
+    takes it on."""
+    return [pytest.param(r, marks=needs_native) if "bfloat16" in r else r for r in ROUTES]
 
 
 @pytest.mark.parametrize("route", _route_params())

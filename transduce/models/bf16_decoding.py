@@ -87,25 +87,18 @@ def maybe_bf16(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
     """x (M, K) @ weight (N, K)^T + bias with the product in bfloat16, float32 in and out; or
     None where it stays float32: no context open, a product too small to gain, or not float32
     on the CPU."""
-    store = _copies.store_for(weight)
-    if (
-        store is None
-        or x.dtype != torch.float32
-        or x.device.type != "cpu"
-        or not _worth_it(x.size(0), weight)
-    ):
-        return None
-    return _product(x, copy_of(store, weight, _packed_copy), bias)
+    product = product_for_decoding(weight, bias)
+    return None if product is None or x.device.type != "cpu" else product(x)
 
 
 def product_for_decoding(
     weight: Tensor, bias: Tensor | None
 ) -> Callable[[Tensor], Tensor | None] | None:
-    """`maybe_bf16(x, weight, bias)` for float32 inputs x (M, K), the weight's checks made once
-    (`matmul.product_for_decoding`, for `step_plan`): None where no product of this weight
-    takes the route (no context open, a weight not float32 on the CPU). What it returns still
-    chooses by the row count, and hands back None for a product that stays float32 (too few
-    rows, or an input not float32, as under autocast)."""
+    """The weight's product for inputs x (M, K), its checks on the weight made once: `maybe_bf16`
+    makes one at each product, `matmul.product_for_decoding` one a search (`step_plan`). None
+    where no product of this weight takes the route (no context open, a weight not float32 on
+    the CPU); what it returns chooses by the row count and hands back None for a product that
+    stays float32 (too few rows, or an input not float32, as under autocast)."""
     store = _copies.store_for(weight)
     if store is None:
         return None
