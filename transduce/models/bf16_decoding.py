@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ..config import ConfigError
-from .derived import CopyScope, WeightCopies, copy_of
+from .derived import CopyScope, WeightCopies
 
 PACKED_FOR_ROWS = 64  # the row count oneDNN tunes a packed layout for, as `matmul`'s float32
 
@@ -99,16 +99,12 @@ def product_for_decoding(
     where no product of this weight takes the route (no context open, a weight not float32 on
     the CPU); what it returns chooses by the row count and hands back None for a product that
     stays float32 (too few rows, or an input not float32, as under autocast)."""
-    store = _copies.store_for(weight)
-    if store is None:
-        return None
-
-    def product(x: Tensor) -> Tensor | None:
-        if x.dtype != torch.float32 or not _worth_it(x.size(0), weight):
-            return None
-        return _product(x, copy_of(store, weight, _packed_copy), bias)
-
-    return product
+    return _copies.product(
+        weight,
+        lambda rows: _worth_it(rows, weight),
+        _packed_copy,
+        lambda x, packed: _product(x, packed, bias),
+    )
 
 
 def _product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:

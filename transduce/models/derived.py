@@ -58,6 +58,28 @@ class CopyScope(Generic[T]):
             return None
         return self.store
 
+    def product(
+        self,
+        weight: Tensor,
+        worth_it: Callable[[int], bool],
+        make: Callable[[Tensor], T],
+        multiply: Callable[[Tensor, T], Tensor],
+    ) -> Callable[[Tensor], Tensor | None] | None:
+        """`weight`'s product through its copy, `multiply(x, copy)` for inputs x (M, K), the
+        checks on the weight made once (`store_for`: None where no product of it takes the
+        copy). What it returns hands back None for a product that stays float32: an input not
+        float32 (as under autocast), or a row count `worth_it` refuses."""
+        store = self.store_for(weight)
+        if store is None:
+            return None
+
+        def product(x: Tensor) -> Tensor | None:
+            if x.dtype != torch.float32 or not worth_it(x.size(0)):
+                return None
+            return multiply(x, copy_of(store, weight, make))
+
+        return product
+
     @contextmanager
     def open(self, keep: WeightCopies[T] | None = None) -> Iterator[None]:
         """Within: `store` is `keep` if given (a store that outlives the context, as a

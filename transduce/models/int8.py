@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .derived import CopyScope, WeightCopies, copy_of
+from .derived import CopyScope, WeightCopies
 
 _vnni = getattr(torch.cpu, "_is_vnni_supported", lambda: False)()
 
@@ -104,17 +104,10 @@ def product_for_decoding(
     where no product of this weight takes int8 (no context open, a weight not float32 on the CPU);
     what it returns chooses by the row count and hands back None for a product that stays
     float32 (too few rows, or an input not float32, as under autocast)."""
-    store = _copies.store_for(weight)
-    if store is None:
-        return None
     size = weight.numel()
-
-    def product(x: Tensor) -> Tensor | None:
-        if x.dtype != torch.float32 or not _worth_it(x.size(0), size):
-            return None
-        return _product(x, copy_of(store, weight, Int8Weight.of), bias)
-
-    return product
+    return _copies.product(
+        weight, lambda rows: _worth_it(rows, size), Int8Weight.of, lambda x, w: _product(x, w, bias)
+    )
 
 
 def _product(x: Tensor, w: Int8Weight, bias: Tensor | None) -> Tensor:
